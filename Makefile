@@ -1,0 +1,50 @@
+# yasgd — the README's two commands are `make train` and `make test`;
+# each installs what it needs first (idempotently).
+SHELL := /bin/bash
+VENV ?= .venv
+MXNET ?= mxnet==1.9.1
+PY := $(VENV)/bin/python
+YASGD := $(VENV)/bin/yasgd
+NP ?= 2
+CONFIG ?= examples/configs/demo.yaml
+OUT ?= results
+# Launch N ranks on this host: root needs --allow-run-as-root, more ranks than
+# cores need --oversubscribe; each rank gets one OpenMP thread.
+MPIRUN = $(VENV)/bin/python -m yasgd.launch -np $(NP)
+PYTEST = $(PY) -m pytest -q -p no:cacheprovider
+
+.PHONY: install train test test-unit test-multiproc test-e2e bench jobs-check clean \
+        bench-optimizer bench-allreduce bench-init bench-throughput bench-data \
+        bench-largebatch bench-overlap
+
+install:
+	MXNET='$(MXNET)' bash scripts/install.sh $(VENV)
+
+train: install
+	source jobs/common.sh && $(MPIRUN) $(YASGD) train $(CONFIG) $(ARGS)
+
+test: install
+	$(MAKE) --no-print-directory test-unit test-multiproc test-e2e
+
+test-unit:
+	OMP_NUM_THREADS=2 $(PYTEST) tests/unit
+
+test-multiproc:
+	source jobs/common.sh && $(MPIRUN) $(PYTEST) tests/multiproc
+
+test-e2e:
+	$(PYTEST) tests/e2e
+
+bench-%: install
+	$(YASGD) bench $* --out $(OUT) $(if $(QUICK),--quick,)
+
+bench: install
+	for b in optimizer allreduce init overlap throughput data largebatch; do \
+	  $(MAKE) --no-print-directory bench-$$b || exit 1; done
+	$(PY) -m yasgd.bench.summary --out $(OUT)
+
+jobs-check: install
+	bash jobs/check.sh
+
+clean:
+	rm -rf runs results build *.egg-info

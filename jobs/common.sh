@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# shellcheck shell=bash
+# Every tuning variable of a yasgd run, in one place. Sourced by the job scripts
+# (jobs/abci/pbs/train.sh, jobs/abci/uge/train.sh, jobs/slurm/train.sbatch) and
+# by `make train`/`make test`. Each one keeps a value already set in the
+# environment (`VAR=... qsub ...`, `VAR=... make train`).
+# None of these switches an algorithm: those live in the YAML config.
+# The job scripts pass every OMP_*, KMP_*, MXNET_*, HOROVOD_*, NCCL_*, UCX_*,
+# PYTHON* and YASGD_* variable on to every rank (`mpirun -x`).
+
+# --- threads -----------------------------------------------------------------
+# MXNet uses one OpenMP thread unless told: give each rank its share of cores.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+# Rank output reaches the job log line by line, not at exit.
+export PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}"
+
+# --- Horovod -------------------------------------------------------------------
+# yasgd issues one grouped allreduce per static layer group (yasgd/allreduce.py),
+# so Horovod's own fusion buffer only adds a copy: it is off by default
+# (measured 3-4x faster on 2 CPU ranks, see README "Allreduce").
+export HOROVOD_FUSION_THRESHOLD="${HOROVOD_FUSION_THRESHOLD:-0}"
+# Background-thread cycle (ms); Fujitsu's MLPerf v0.6 run used 0.2 ms.
+export HOROVOD_CYCLE_TIME="${HOROVOD_CYCLE_TIME:-0.2}"
+# Response cache entries; ResNet-50 has ~160-190 gradient tensors.
+export HOROVOD_CACHE_CAPACITY="${HOROVOD_CACHE_CAPACITY:-1024}"
+# Two-level allreduce (intra-node, then inter-node); off on one host. On a
+# cluster (ABCI) set it to 1: Fujitsu's v0.6 run used a 2-stage allreduce.
+export HOROVOD_HIERARCHICAL_ALLREDUCE="${HOROVOD_HIERARCHICAL_ALLREDUCE:-0}"
+# Stall detection: warn after 60 s; shut down after 120 s instead of hanging.
+export HOROVOD_STALL_CHECK_TIME_SECONDS="${HOROVOD_STALL_CHECK_TIME_SECONDS:-60}"
+export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="${HOROVOD_STALL_SHUTDOWN_TIME_SECONDS:-120}"
+# Horovod's own log level (trace, debug, info, warning, error, fatal).
+export HOROVOD_LOG_LEVEL="${HOROVOD_LOG_LEVEL:-warning}"
+
+# --- NCCL (GPU clusters) --------------------------------------------------------
+# Fujitsu's MLPerf v0.6 run: 2 MB NCCL buffers.
+export NCCL_BUFFSIZE="${NCCL_BUFFSIZE:-2097152}"
+# 0: use InfiniBand (ABCI: EDR in 2019, NDR200 in ABCI 3.0); 1: sockets only.
+export NCCL_IB_DISABLE="${NCCL_IB_DISABLE:-0}"
+# NCCL's diagnostics (VERSION prints the version once; INFO for topology issues).
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+# NCCL_IB_HCA / UCX_NET_DEVICES are chosen per rank by jobs/bind.sh (the HCA
+# nearest the rank's GPU); set them here only to force one for every rank.
+
+# --- MXNet ---------------------------------------------------------------------
+# Threaded engine per device; no cuDNN autotune at start-up (it costs seconds).
+export MXNET_ENGINE_TYPE="${MXNET_ENGINE_TYPE:-ThreadedEnginePerDevice}"
+export MXNET_CUDNN_AUTOTUNE_DEFAULT="${MXNET_CUDNN_AUTOTUNE_DEFAULT:-0}"
+# Parameters per multi-tensor optimizer call for MXNet's built-in optimizers
+# (yasgd's LARS aggregates all of them itself); MLPerf v0.6 used 55.
+export MXNET_OPTIMIZER_AGGREGATION_SIZE="${MXNET_OPTIMIZER_AGGREGATION_SIZE:-55}"
+# Keep mxnet's start-up quiet about the subgraph backend.
+export MXNET_SUBGRAPH_VERBOSE="${MXNET_SUBGRAPH_VERBOSE:-0}"
+
+# --- rank placement (read by jobs/bind.sh, on every rank) -----------------------
+# 1: bind each rank to the NUMA node (numactl, when installed) and the HCA of
+# its GPU; 0: no binding at all.
+export YASGD_BIND="${YASGD_BIND:-1}"
+# 1: also restrict each rank to its own GPU with CUDA_VISIBLE_DEVICES. Off by
+# default: yasgd picks mx.gpu(local_rank) itself (yasgd/dist.py), and NCCL sees
+# every GPU of the node for its topology.
+export YASGD_BIND_CUDA_VISIBLE="${YASGD_BIND_CUDA_VISIBLE:-0}"
+# Space-separated NUMA nodes / HCAs, spread over the local ranks in blocks
+# (list of M entries, L local ranks: rank r gets entry r*M/L). Empty: NUMA node
+# from the GPU's PCI device (else every node of /sys/devices/system/node), HCAs
+# from /sys/class/infiniband. ABCI 2019 example: YASGD_HCAS="mlx5_0 mlx5_1".
+export YASGD_NUMA_NODES="${YASGD_NUMA_NODES:-}"
+export YASGD_HCAS="${YASGD_HCAS:-}"
+# 1: every rank prints one line with its binding.
+export YASGD_BIND_VERBOSE="${YASGD_BIND_VERBOSE:-1}"
+
+# --- the job (read by jobs/lib.sh in the job scripts) ---------------------------
+# Ranks per node. Empty: one per GPU (nvidia-smi), or, without GPUs, the slots
+# the scheduler gave (lines per host in the host list / Slurm tasks per node).
+export YASGD_GPUS_PER_NODE="${YASGD_GPUS_PER_NODE:-}"
+# Parent folder of the job run directories (relative to YASGD_HOME).
+export YASGD_RUNS="${YASGD_RUNS:-runs}"
+# Extra mpirun arguments, split on spaces (e.g. "--mca pml ucx").
+export YASGD_MPI_ARGS="${YASGD_MPI_ARGS:-}"

@@ -1,0 +1,124 @@
+"""The Horovod allreduce layer: communication-aware static layer groups.
+
+YASGD ("communication optimizations"): gradients of many layers are packed into
+messages of a few MB, and the layers are split into groups **statically, in
+advance**, so that no run-time agreement on which tensors are ready is needed;
+a group's allreduce starts as soon as backward has written that group's
+gradients, while earlier layers are still in backward.
+
+How that happens here: MXNet's engine is asynchronous, so ``loss.backward()``
+only queues work. ``DistributedTrainer._allreduce_grads`` then pushes one
+Horovod ``grouped_allreduce_`` per group, in backward order (the last layers
+first), the first-ready group with the highest engine priority. Each push
+depends only on its own gradient arrays, so it runs as soon as they are
+written: communication overlaps the rest of backward.
+
+Averaging happens exactly once: gradients are summed by Horovod and the sum is
+divided by the global batch through Gluon's ``rescale_grad``
+(``_scale / size`` here, ``/ batch`` in ``Trainer.step``), which LARS also
+folds into its gradient norm.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Union
+
+import mxnet as mx
+import numpy as np
+
+DEFAULT_BUDGET_BYTES = 4 << 20   # "a few MB" (YASGD); see README, Allreduce
+
+
+def _nbytes(p) -> int:
+    return int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
+
+
+def group_params(params: Union[Sequence, Dict], budget_bytes: int = DEFAULT_BUDGET_BYTES,
+                 num_groups: int = 0) -> List[List]:
+    """Split trainable parameters into static groups in backward order.
+
+    ``params``: Gluon parameters in forward (registration) order, as a list or a
+    ParameterDict. Backward produces gradients in reverse order, so the groups
+    are built from the last parameter to the first: consecutive tensors are
+    packed while the group stays within ``budget_bytes``; a tensor larger than
+    the budget forms a group of its own. With ``num_groups > 0`` the tensors are
+    instead split into that many groups of nearly equal bytes. Pure function of
+    shapes and dtypes: identical on every rank.
+    """
+    plist = list(params.values()) if hasattr(params, "values") else list(params)
+    backward = [p for p in reversed(plist) if p.grad_req != "null"]
+    if not backward:
+        return []
+    if num_groups > 0:
+        sizes = np.array([_nbytes(p) for p in backward], dtype=np.float64)
+        bounds = np.cumsum(sizes) / sizes.sum() * num_groups
+        groups: List[List] = [[] for _ in range(num_groups)]
+        for p, b in zip(backward, bounds):
+            groups[min(num_groups - 1, int(np.ceil(b - 1e-9)) - 1)].append(p)
+        return [g for g in groups if g]
+    if budget_bytes <= 0:
+        raise ValueError(f"group budget must be positive, got {budget_bytes}")
+    groups, cur, cur_bytes = [], [], 0
+    for p in backward:
+        n = _nbytes(p)
+        if cur and cur_bytes + n > budget_bytes:
+            groups.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append(p)
+        cur_bytes += n
+    groups.append(cur)
+    return groups
+
+
+class DistributedTrainer(mx.gluon.Trainer):
+    """A ``gluon.Trainer`` that averages gradients over Horovod ranks by static groups.
+
+    Signature of Horovod's ``DistributedTrainer`` plus ``group_budget_bytes``.
+    ``compression``: ``"none"`` or ``"fp16"`` (gradients cast to fp16 for the
+    wire), or a Horovod ``Compression`` class. With one process (or no Horovod)
+    it is a plain ``gluon.Trainer``.
+    """
+
+    def __init__(self, params, optimizer, optimizer_params=None, compression="none",
+                 gradient_predivide_factor: float = 1.0, prefix: Optional[str] = None,
+                 num_groups: int = 0, group_budget_bytes: int = DEFAULT_BUDGET_BYTES):
+        super().__init__(params, optimizer, optimizer_params=optimizer_params, kvstore=None)
+        self._size, self._hvd = 1, None
+        try:
+            import horovod.mxnet as hvd
+            if hvd.is_initialized():
+                self._size, self._hvd = hvd.size(), hvd
+        except ImportError:
+            pass
+        self._fp16 = compression == "fp16" or getattr(compression, "__name__", "") == "FP16Compressor"
+        self._predivide = float(gradient_predivide_factor)
+        # Averaging exactly once: sum over ranks, divide by the global batch via rescale_grad.
+        self._scale /= self._size
+        self._prefix = prefix or ""
+        self.groups = group_params(self._params, budget_bytes=group_budget_bytes,
+                                   num_groups=num_groups)
+
+    def group_signature(self) -> List[List[int]]:
+        """Each group as the indices of its parameters in this trainer (for checks)."""
+        pos = {id(p): i for i, p in enumerate(self._params)}
+        return [[pos[id(p)] for p in g] for g in self.groups]
+
+    def _allreduce_grads(self):
+        if self._size == 1:
+            return
+        hvd = self._hvd
+        for gi, group in enumerate(self.groups):
+            grads = [p.list_grad()[0] for p in group]
+            wire = [g.astype("float16") for g in grads] if self._fp16 else grads
+            # Ready first (last layers) -> highest priority; runs as soon as written.
+            hvd.grouped_allreduce_(wire, average=False, name=f"{self._prefix}yasgd.g{gi}",
+                                   priority=-gi, prescale_factor=1.0 / self._predivide,
+                                   postscale_factor=self._predivide)
+            if self._fp16:
+                for g, w in zip(grads, wire):
+                    w.astype(g.dtype).copyto(g)
+
+
+def horovod_trainer(params, optimizer, **kw):
+    """Horovod's stock DistributedTrainer (the baseline the grouped one is checked against)."""
+    import horovod.mxnet as hvd
+    return hvd.DistributedTrainer(params, optimizer, **kw)

@@ -1,0 +1,86 @@
+"""The process world: Horovod when launched by mpirun/horovodrun, a plain single
+process otherwise.
+
+``world()`` returns a :class:`World` with rank, size, local_rank and the MXNet
+context of this rank (one GPU per local rank when GPUs exist, else the CPU).
+Metric reduction across ranks is a sync point: call it at log intervals only.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE")
+
+
+def env_world_size() -> int:
+    """The world size the launcher announced (mpirun, horovodrun), before any init."""
+    for var in _SIZE_VARS:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 1
+
+
+def launched_distributed() -> bool:
+    """True when started by mpirun/horovodrun with more than one process."""
+    return env_world_size() > 1
+
+
+@dataclass
+class World:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+    horovod: bool = False
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    def context(self):
+        import mxnet as mx
+        if mx.context.num_gpus() > 0:
+            return mx.gpu(self.local_rank % mx.context.num_gpus())
+        return mx.cpu()
+
+    # -- collectives (each one is a sync point) --------------------------------
+    def allreduce_sum(self, values: Sequence[float], name: str) -> np.ndarray:
+        """Sum a small vector of host floats over ranks (a sync point)."""
+        arr = np.asarray(values, dtype=np.float64)
+        if self.size == 1:
+            return arr
+        import mxnet as mx
+        import horovod.mxnet as hvd
+        out = hvd.allreduce(mx.nd.array(arr, dtype="float64"), average=False, name=name)
+        return out.asnumpy()
+
+    def broadcast_object(self, obj, name: str):
+        if self.size == 1:
+            return obj
+        import horovod.mxnet as hvd
+        return hvd.broadcast_object(obj, root_rank=0, name=name)
+
+    def barrier(self, name: str = "barrier") -> None:
+        self.allreduce_sum([0.0], name=name)
+
+
+_WORLD: Optional[World] = None
+
+
+def world(force_horovod: bool = False) -> World:
+    """Initialise (once) and return this process's World."""
+    global _WORLD
+    if _WORLD is not None:
+        return _WORLD
+    if force_horovod or launched_distributed():
+        import horovod.mxnet as hvd
+        hvd.init()
+        _WORLD = World(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
+                       local_size=hvd.local_size(), horovod=True)
+    else:
+        _WORLD = World()
+    return _WORLD

@@ -1,0 +1,72 @@
+"""Launch N ranks of a command on this host through mpirun (OpenMPI).
+
+    python -m yasgd.launch -np 2 [--timeout S] [--gloo] -- yasgd train CONFIG ...
+
+Adds what a one-host launch needs: ``--allow-run-as-root`` when root,
+``--oversubscribe`` (more ranks than cores), ``--bind-to none``, one OpenMP
+thread per rank unless OMP_NUM_THREADS is set, and the tuning variables of
+``jobs/common.sh`` exported to every rank. The exit status is mpirun's: when
+one rank dies, mpirun ends the others and exits non-zero (no hang).
+With ``--gloo`` it runs ``horovodrun --gloo`` instead.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from typing import List, Optional
+
+
+def mpirun_command(np_: int, command: List[str], env_vars: Optional[List[str]] = None,
+                   hosts: Optional[str] = None) -> List[str]:
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        raise SystemExit("yasgd.launch: error: mpirun not found (apt-get install openmpi-bin)")
+    cmd = [mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none",
+           "--mca", "btl_vader_single_copy_mechanism", "none"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    if hosts:
+        cmd += ["-H", hosts]
+    for var in env_vars or []:
+        cmd += ["-x", var]
+    return cmd + command
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m yasgd.launch", description=__doc__.splitlines()[0])
+    p.add_argument("-np", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=None, help="kill the job after S seconds")
+    p.add_argument("--gloo", action="store_true", help="use horovodrun --gloo instead of mpirun")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        p.error("no command given")
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.np)))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    exported = sorted(k for k in env if k.startswith(("OMP_", "MXNET_", "HOROVOD_", "NCCL_",
+                                                       "PYTHON", "YASGD_", "KMP_")))
+    if args.gloo:
+        hvdrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+        cmd = [hvdrun, "--gloo", "-np", str(args.np), "-H", f"localhost:{args.np}"] + command
+    else:
+        cmd = mpirun_command(args.np, command, exported)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        print(f"yasgd.launch: error: job exceeded {args.timeout:.0f} s; killing it", file=sys.stderr)
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        return 124
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, 15)
+        return proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
