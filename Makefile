@@ -18,7 +18,7 @@ PYTEST = $(PY) -m pytest -q -p no:cacheprovider
         bench-largebatch bench-overlap
 
 install:
-	MXNET='$(MXNET)' bash scripts/install.sh $(VENV)
+	MXNET='$(MXNET)' bash jobs/install.sh $(VENV)
 
 train: install
 	source jobs/common.sh && $(MPIRUN) $(YASGD) train $(CONFIG) $(ARGS)

@@ -1,6 +1,6 @@
 """yasgd: Yet Another Accelerated SGD (Fujitsu 2019) and LARS on MXNet Gluon + Horovod.
 
-The pinned stack is installed by ``make install`` (scripts/install.sh); Horovod
+The pinned stack is installed by ``make install`` (jobs/install.sh); Horovod
 must be built against the installed MXNet with ``--no-build-isolation``, which
 is why it is not an install_requires here.
 """
@@ -23,7 +23,7 @@ setup(
         "mlperf-logging==4.1.68",
         "tqdm==4.67.1",
         # mxnet (CPU: mxnet==1.9.1, GPU: e.g. mxnet-cu110==1.9.1) and
-        # horovod==0.28.1 are installed by scripts/install.sh.
+        # horovod==0.28.1 are installed by jobs/install.sh.
     ],
     entry_points={"console_scripts": ["yasgd=yasgd.cli:main"]},
 )

@@ -92,7 +92,7 @@ class TrainCfg:
     keep_checkpoints: int = 2
     bn_recalibrate_batches: int = 0  # re-estimate BN statistics on N un-augmented batches before eval
     progress: bool = True
-    hybridize: bool = True
+    hybridize: bool = False       # CPU: imperative is ~3x faster in MXNet 1.9.1 (README, "Speed")
     max_steps: int = 0            # stop after N steps (0 = run all epochs); for tests and benches
 
 

@@ -72,6 +72,8 @@ def build(cfg, world) -> Setup:
     from yasgd.loss import LabelSmoothingCE
 
     per_rank = config_mod.per_rank_batch(cfg, world.size)
+    from yasgd import ops
+    ops.backend()   # load the operator library before the engine runs anything
     run_dir = prepare_run_dir(cfg, world)
     ctx = world.context()
     train_loader, val_loader = data.build_loaders(cfg, world.rank, world.size, per_rank, ctx)

@@ -4,8 +4,6 @@ import subprocess
 import sys
 
 import pytest
-import yaml
-
 from yasgd import UsageError, config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -62,14 +60,30 @@ def test_batch_split(world, g, bpr, acc, ok):
         assert config.per_rank_batch(cfg, world) == ok
 
 
-@pytest.mark.parametrize("name", sorted(f for f in os.listdir(PRESETS) if f.endswith(".yaml")))
+# The world size each preset is written for, and the per-rank batch it must give.
+PRESET_WORLD = {"paper.yaml": (2048, 40), "mlperf_v06.yaml": (2048, 42), "lars_32k.yaml": (512, 64),
+                "demo.yaml": (2, 512), "tiny.yaml": (2, 128)}
+
+
+def test_every_preset_is_listed():
+    assert sorted(f for f in os.listdir(PRESETS) if f.endswith(".yaml")) == sorted(PRESET_WORLD)
+
+
+@pytest.mark.parametrize("name", sorted(PRESET_WORLD))
 def test_presets_load_and_validate(name):
     cfg = config.load(os.path.join(PRESETS, name))
-    raw = yaml.safe_load(open(os.path.join(PRESETS, name)))
-    assert raw, name
-    # every preset must split its global batch over the world size it documents
-    world = raw.get("_world_size", None)
-    config.per_rank_batch(cfg, world or 1)
+    world, per_rank = PRESET_WORLD[name]
+    assert config.per_rank_batch(cfg, world) == per_rank
+
+
+def test_paper_preset_numbers():
+    cfg = config.load(os.path.join(PRESETS, "paper.yaml"))
+    assert cfg.train.global_batch == 81920 and cfg.train.label_smoothing == 0.1
+    assert cfg.optim.name == "lars" and cfg.model.name == "resnet50_v1.5"
+    m = config.load(os.path.join(PRESETS, "mlperf_v06.yaml"))
+    assert (m.optim.lr, m.schedule.warmup_epochs, m.schedule.power, m.schedule.end_lr) == (13.0, 36, 2.2, 0.0325)
+    assert (m.optim.eta, m.optim.epsilon, m.optim.momentum, m.optim.wd) == (0.0025, 1e-9, 0.96, 5e-5)
+    assert m.schedule.wd_schedule == "follow_lr" and m.train.target_accuracy == 0.759
 
 
 # -- the CLI: one line, exit 2, before any training -----------------------------------

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the yasgd environment from nothing, idempotently.
-#   scripts/install.sh [VENV]        (VENV defaults to .venv)
+#   jobs/install.sh [VENV]        (VENV defaults to .venv); `make install` calls it.
+# It lives in jobs/ because on a cluster it is run once on the login node.
 # Environment knobs (set by the Makefile):
 #   MXNET    the MXNet distribution to install (default mxnet==1.9.1; a GPU
 #            cluster uses e.g. MXNET=mxnet-cu110==1.9.1)

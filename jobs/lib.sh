@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# shellcheck shell=bash
+# What every yasgd job script shares (PBS, UGE, Slurm): modules, the host list
+# and the rank count, the run directory with its provenance (written before MPI
+# starts), and the mpirun line. Sourced by the job scripts, which set first:
+#   YASGD_HOME           the repository; the job runs there
+#   YASGD_CONFIG         the YAML config (relative to YASGD_HOME, or absolute)
+#   YASGD_RENDERED_ARGS  config overrides filled in by `yasgd jobs render` (array)
+#   YASGD_MODULES        environment modules of the cluster (`module load`)
+# and then call `yasgd_job SCHEDULER JOB_ID HOST_LIST [section.key=value ...]`.
+# Besides jobs/common.sh, a user may set:
+#   YASGD_ARGS       more config overrides, section.key=value, split on spaces
+#   YASGD_NAME       prefix of the run directory (default: the config's file name)
+#   YASGD_PYTHON     the interpreter (default: YASGD_HOME/.venv/bin/python, else python3)
+#   YASGD_TRAIN_CMD  what each rank runs instead of `YASGD_PYTHON -m yasgd.cli train`
+#                    (split on spaces; it receives the config and the overrides)
+
+yasgd_log() { printf '[yasgd-job] %s\n' "$*" >&2; }
+yasgd_die() { yasgd_log "error: $*"; exit 2; }
+
+# Load YASGD_MODULES when the cluster has environment modules; a machine without
+# a `module` command (a laptop, CI) runs with the environment it has.
+yasgd_load_modules() {
+  if ! command -v module >/dev/null 2>&1 && [ -f /etc/profile.d/modules.sh ]; then
+    set +u
+    # shellcheck source=/dev/null
+    . /etc/profile.d/modules.sh
+    set -u
+  fi
+  if ! command -v module >/dev/null 2>&1; then
+    yasgd_log "no 'module' command: not loading '${YASGD_MODULES:-}'"
+    return 0
+  fi
+  [ -n "${YASGD_MODULES:-}" ] || return 0
+  local mods=()
+  read -r -a mods <<< "$YASGD_MODULES"
+  set +u
+  module load "${mods[@]}" || yasgd_die "module load ${mods[*]} failed"
+  set -u
+  yasgd_log "loaded modules: ${mods[*]}"
+}
+
+# GPUs per node: YASGD_GPUS_PER_NODE when set, else what nvidia-smi lists here
+# (the first node of the job; the nodes of a job are alike), else 0.
+yasgd_gpus_per_node() {
+  if [ -n "${YASGD_GPUS_PER_NODE:-}" ]; then
+    [[ $YASGD_GPUS_PER_NODE =~ ^[0-9]+$ ]] \
+      || yasgd_die "YASGD_GPUS_PER_NODE must be a number, got '$YASGD_GPUS_PER_NODE'"
+    echo "$YASGD_GPUS_PER_NODE"
+  elif command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true
+  else
+    echo 0
+  fi
+}
+
+# yasgd_slurm_hostlist OUT: the nodes of this Slurm job, each written once per
+# task it holds ($SLURM_TASKS_PER_NODE, e.g. "8(x3),4").
+yasgd_slurm_hostlist() {
+  local out=$1 spec counts=() hosts=() specs=() i j n
+  IFS=, read -r -a specs <<< "${SLURM_TASKS_PER_NODE:-1}"
+  for spec in "${specs[@]}"; do
+    if [[ $spec =~ ^([0-9]+)\(x([0-9]+)\)$ ]]; then
+      for ((i = 0; i < BASH_REMATCH[2]; i++)); do counts+=("${BASH_REMATCH[1]}"); done
+    else
+      counts+=("$spec")
+    fi
+  done
+  mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:?not in a Slurm job}")
+  : > "$out"
+  for i in "${!hosts[@]}"; do
+    n=${counts[i]:-1}
+    for ((j = 0; j < n; j++)); do echo "${hosts[i]}" >> "$out"; done
+  done
+}
+
+# yasgd_hostfile LIST OUT RANKS_PER_NODE: an OpenMPI hostfile from a host list
+# (one host per line, repeated once per slot as in $PBS_NODEFILE; further
+# columns ignored). Each host gets RANKS_PER_NODE slots when that is > 0 (one
+# rank per GPU), else as many slots as it has lines. Sets YASGD_NP, YASGD_NNODES.
+yasgd_hostfile() {
+  local list=$1 out=$2 ppn=$3
+  awk -v ppn="$ppn" 'NF && $1 !~ /^#/ { if (!($1 in n)) order[++k] = $1; n[$1]++ }
+    END { for (i = 1; i <= k; i++) print order[i] " slots=" (ppn > 0 ? ppn : n[order[i]]) }' \
+    "$list" > "$out"
+  YASGD_NNODES=$(wc -l < "$out")
+  YASGD_NP=$(awk -F'slots=' '{ s += $2 } END { print s + 0 }' "$out")
+  [ "$YASGD_NP" -gt 0 ] || yasgd_die "host list $list holds no host"
+}
+
+# A new run directory under YASGD_RUNS (never reuses one).
+yasgd_new_run_dir() {
+  local base=$1 dir i=1
+  mkdir -p "$YASGD_RUNS" || yasgd_die "cannot create $YASGD_RUNS"
+  dir="$(cd "$YASGD_RUNS" && pwd)/$base"
+  while ! mkdir "$dir" 2>/dev/null; do
+    [ -d "$dir" ] || yasgd_die "cannot create run directory $dir"
+    i=$((i + 1))
+    dir="$(cd "$YASGD_RUNS" && pwd)/$base.$i"
+  done
+  echo "$dir"
+}
+
+# yasgd_job SCHEDULER JOB_ID HOST_LIST [section.key=value ...]
+# Writes the run directory, then runs one rank per GPU (per slot without GPUs)
+# through mpirun; returns mpirun's exit status.
+yasgd_job() {
+  local sched=$1 jobid=$2 hostlist=$3
+  shift 3
+  cd "$YASGD_HOME" || yasgd_die "YASGD_HOME=$YASGD_HOME is not a directory"
+  [ -f "$YASGD_HOME/jobs/bind.sh" ] || yasgd_die "YASGD_HOME=$YASGD_HOME is not the yasgd repository"
+  export YASGD_HOME
+  export PYTHONPATH="$YASGD_HOME${PYTHONPATH:+:$PYTHONPATH}"
+  local py=${YASGD_PYTHON:-}
+  if [ -z "$py" ]; then
+    if [ -x "$YASGD_HOME/.venv/bin/python" ]; then py=$YASGD_HOME/.venv/bin/python; else py=python3; fi
+  fi
+  command -v "$py" >/dev/null 2>&1 || yasgd_die "python interpreter '$py' not found (set YASGD_PYTHON)"
+  command -v mpirun >/dev/null 2>&1 || yasgd_die "mpirun not found (module load hpcx / openmpi?)"
+  [ -f "$YASGD_CONFIG" ] || yasgd_die "config $YASGD_CONFIG not found (from $YASGD_HOME)"
+
+  # Overrides: rendered ones, then YASGD_ARGS, then the script's arguments;
+  # run.dir is the job's run directory, always.
+  local env_args=() args=()
+  read -r -a env_args <<< "${YASGD_ARGS:-}"
+  args=("${YASGD_RENDERED_ARGS[@]}" "${env_args[@]}" "$@")
+
+  # Ranks: one per GPU; without GPUs, one per slot the scheduler gave.
+  local gpus name run_dir
+  gpus=$(yasgd_gpus_per_node)
+  name=${YASGD_NAME:-$(basename "${YASGD_CONFIG%.*}")}
+  run_dir=$(yasgd_new_run_dir "$name-$sched-${jobid//\//_}")
+  if [ -n "$hostlist" ] && [ -f "$hostlist" ]; then
+    cp "$hostlist" "$run_dir/hostlist.orig"
+  else
+    yasgd_log "no host list from the scheduler: running on $(hostname) alone"
+    hostname > "$run_dir/hostlist.orig"
+  fi
+  yasgd_hostfile "$run_dir/hostlist.orig" "$run_dir/hostfile" "$gpus"
+  args+=("run.dir=$run_dir")
+  yasgd_log "$sched job $jobid: $YASGD_NNODES node(s), $YASGD_NP rank(s), GPUs/node: $gpus, run directory: $run_dir"
+
+  # Provenance, before MPI starts: resolved config (validated for this world
+  # size), environment + versions + git revision + hosts, package list, job.
+  local status=0
+  "$py" -m yasgd.cli check-config "$YASGD_CONFIG" "${args[@]}" --world-size "$YASGD_NP" \
+    > "$run_dir/config.yaml" || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "$status" > "$run_dir/exit_status"
+    yasgd_log "error: config $YASGD_CONFIG ${args[*]} is not valid for $YASGD_NP ranks"
+    return "$status"
+  fi
+  "$py" -m yasgd.cli provenance "$run_dir" --hostfile "$run_dir/hostfile" > /dev/null \
+    || yasgd_die "yasgd provenance failed"
+  "$py" -m pip freeze --all > "$run_dir/pip-freeze.txt" 2>/dev/null \
+    || yasgd_log "warning: pip freeze failed; $run_dir/pip-freeze.txt is incomplete"
+  cp "$0" "$run_dir/job-script" 2>/dev/null || true
+  {
+    echo "scheduler=$sched"
+    echo "job_id=$jobid"
+    echo "nodes=$YASGD_NNODES"
+    echo "ranks=$YASGD_NP"
+    echo "gpus_per_node=$gpus"
+    echo "config=$YASGD_CONFIG"
+    printf 'overrides='; printf '%q ' "${args[@]}"; echo
+    echo "start_utc=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  } > "$run_dir/job.txt"
+
+  # mpirun: ranks fill each host's slots in order (local ranks 0..n-1 per
+  # node); jobs/bind.sh binds each to its GPU, NUMA node and HCA.
+  local mpi=(mpirun -np "$YASGD_NP" --hostfile "$run_dir/hostfile" --bind-to none)
+  [ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
+  # No GPUs: a laptop, CI or a container, where shared-memory single copy
+  # (CMA, needs ptrace) is often not allowed.
+  [ "$gpus" -gt 0 ] || mpi+=(--mca btl_vader_single_copy_mechanism none)
+  local extra=() var
+  read -r -a extra <<< "${YASGD_MPI_ARGS:-}"
+  mpi+=("${extra[@]}")
+  for var in $(compgen -e); do
+    case $var in
+      OMP_*|KMP_*|MXNET_*|HOROVOD_*|NCCL_*|UCX_*|PYTHON*|YASGD_*|PATH|LD_LIBRARY_PATH) mpi+=(-x "$var") ;;
+    esac
+  done
+  local train=()
+  if [ -n "${YASGD_TRAIN_CMD:-}" ]; then
+    read -r -a train <<< "$YASGD_TRAIN_CMD"
+  else
+    train=("$py" -m yasgd.cli train)
+  fi
+  local cmd=("${mpi[@]}" bash "$YASGD_HOME/jobs/bind.sh" "${train[@]}" "$YASGD_CONFIG" "${args[@]}")
+  printf '%q ' "${cmd[@]}" > "$run_dir/command.sh"
+  echo >> "$run_dir/command.sh"
+
+  yasgd_log "starting: ${cmd[*]}"
+  if "${cmd[@]}" 2>&1 | tee -a "$run_dir/job.log"; then
+    status=0
+  else
+    status=${PIPESTATUS[0]}
+  fi
+  echo "$status" > "$run_dir/exit_status"
+  yasgd_log "mpirun exited with status $status; run directory: $run_dir"
+  return "$status"
+}
