@@ -98,8 +98,9 @@ class DistributedTrainer(mx.gluon.Trainer):
                                    num_groups=num_groups)
 
     def group_signature(self) -> List[List[int]]:
-        """Each group as the indices of its parameters in this trainer (for checks)."""
-        pos = {id(p): i for i, p in enumerate(self._params)}
+        """Each group as the indices of its parameters among this trainer's trainable ones."""
+        trainable = [p for p in self._params if p.grad_req != "null"]
+        pos = {id(p): i for i, p in enumerate(trainable)}
         return [[pos[id(p)] for p in g] for g in self.groups]
 
     def _allreduce_grads(self):
