@@ -4,7 +4,9 @@
   3x3 convolution of each bottleneck (v1.5, as NVIDIA's and Fujitsu's MLPerf
   code); 25,557,032 parameters for ResNet-50 with 1,000 classes.
 * ``resnet8/20/32/56`` (6n+2 layers): the CIFAR-style ResNets of He et al. 2016,
-  section 4.2 (3 stages of widths w, 2w, 4w), for the embedded Fashion-MNIST demo.
+  section 4.2 (3 stages of widths w, 2w, 4w), for the embedded Fashion-MNIST demo;
+  ``stem_stride=2`` makes the 3x3 stem convolution strided (stages at 14, 7, 4 px
+  for 28 px input: a quarter of the compute).
 
 Batch-norm handling (YASGD section "batch normalization"): momentum and epsilon
 are configurable; ``zero_init_last_gamma`` initialises the gamma of the last BN
@@ -25,7 +27,8 @@ BASIC_LAYERS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
 
 
 def bn_momentum_for(steps_per_epoch: int, epochs_of_memory: float = 1.0) -> float:
-    """The BN moving-average momentum whose memory spans ``epochs_of_memory`` epochs.
+    """The BN moving-average momentum whose memory spans ``epochs_of_memory`` epochs
+    of ``steps_per_epoch`` BN updates (forward passes in training: micro-batches).
 
     An exponential moving average with momentum m forgets a sample after about
     1 / (1 - m) updates. At batch 81,920 an ImageNet epoch is only 16 steps, so
@@ -111,7 +114,8 @@ class ResNet(nn.HybridBlock):
     """Stem, stages of residual blocks, global average pooling, classifier."""
 
     def __init__(self, block, layers: Sequence[int], widths: Sequence[int], classes: int,
-                 imagenet_stem: bool, bn: _BN, zero_gamma: bool, in_channels: int = 3):
+                 imagenet_stem: bool, bn: _BN, zero_gamma: bool, in_channels: int = 3,
+                 stem_stride: int = 1):
         super().__init__()
         self.features = nn.HybridSequential()
         if imagenet_stem:
@@ -120,7 +124,7 @@ class ResNet(nn.HybridBlock):
             self.features.add(nn.MaxPool2D(3, 2, 1))
             in_ch = 64
         else:
-            self.features.add(_conv(widths[0], 3, 1, in_channels))
+            self.features.add(_conv(widths[0], 3, stem_stride, in_channels))
             bn.bn_relu(self.features, widths[0])
             in_ch = widths[0]
         for stage, (n, ch) in enumerate(zip(layers, widths)):
@@ -137,7 +141,7 @@ class ResNet(nn.HybridBlock):
 
 def build(name: str, classes: int = 1000, width: int = 16, bn_momentum: float = 0.9,
           bn_eps: float = 1e-5, zero_init_last_gamma: bool = True,
-          fused_bn_relu: bool = False, in_channels: int = 3) -> ResNet:
+          fused_bn_relu: bool = False, in_channels: int = 3, stem_stride: int = 1) -> ResNet:
     """Build a ResNet by name; parameters are not initialised (see yasgd.init)."""
     bn = _BN(bn_momentum, bn_eps, fused_bn_relu)
     key = name.lower().replace("_v1.5", "").replace("_v1b", "")
@@ -152,7 +156,7 @@ def build(name: str, classes: int = 1000, width: int = 16, bn_momentum: float = 
         if depth >= 8 and (depth - 2) % 6 == 0:
             n = (depth - 2) // 6
             return ResNet(BasicBlock, (n, n, n), (width, 2 * width, 4 * width), classes,
-                          False, bn, zero_init_last_gamma, in_channels)
+                          False, bn, zero_init_last_gamma, in_channels, stem_stride)
     from yasgd import UsageError
     raise UsageError(f"unknown model.name {name!r} (resnet18/34/50/101/152[_v1.5] or "
                      f"resnet<6n+2> such as resnet8, resnet20, resnet56)")
@@ -160,7 +164,7 @@ def build(name: str, classes: int = 1000, width: int = 16, bn_momentum: float = 
 
 def from_config(model_cfg, in_channels: int = 3, bn_momentum: float = None) -> ResNet:
     return build(model_cfg.name, classes=model_cfg.classes, width=model_cfg.width,
-                 in_channels=in_channels,
+                 in_channels=in_channels, stem_stride=model_cfg.stem_stride,
                  bn_momentum=model_cfg.bn_momentum if bn_momentum is None else bn_momentum,
                  bn_eps=model_cfg.bn_eps, zero_init_last_gamma=model_cfg.zero_init_last_gamma,
                  fused_bn_relu=model_cfg.fused_bn_relu)

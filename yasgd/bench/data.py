@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import statistics
 import sys
@@ -41,25 +40,17 @@ STD = (0.229, 0.224, 0.225)
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from yasgd.bench.common import cpu_model
+    return cpu_model()
 
 
 def hardware() -> Dict[str, object]:
+    """The machine and software (yasgd.bench.common.hardware; cv2 and mxnet imported, so
+    their versions are the ones this process runs)."""
     import cv2
-    import mxnet as mx
-    import numpy as np
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": _cpu_model(), "cores": cores, "load_avg_1min": round(os.getloadavg()[0], 2),
-            "python": platform.python_version(), "mxnet": mx.__version__, "numpy": np.__version__,
-            "opencv": cv2.__version__, "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),
-            "platform": platform.platform()}
+    import mxnet  # noqa: F401 -- loaded: its version is the one in use
+    from yasgd.bench.common import hardware as common_hardware
+    return common_hardware({"opencv": cv2.__version__})
 
 
 def _gluon_transform():

@@ -24,7 +24,6 @@ side by side in that process. Writes ``bench_ops_micro.json`` and ``bench_ops_mi
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -107,17 +106,10 @@ def worker(iters):
 
 
 def hardware():
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    import mxnet as mx
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu, "cores": cores, "load_avg_1min": round(os.getloadavg()[0], 2),
-            "python": platform.python_version(), "mxnet": mx.__version__,
-            "platform": platform.platform()}
+    """The machine and software: yasgd.bench.common.hardware (shared by every benchmark)."""
+    import mxnet  # noqa: F401 -- loaded: its version is the one in use
+    from yasgd.bench.common import hardware as common_hardware
+    return common_hardware()
 
 
 def table(report):

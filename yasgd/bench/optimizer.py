@@ -1,0 +1,267 @@
+"""``yasgd bench optimizer`` (``make bench-optimizer``): one LARS step over all of
+ResNet-50's parameter tensors, side by side in one process.
+
+Tensors: the 161 trainable tensors of yasgd's ``resnet50_v1.5`` (54 weights with
+ndim >= 2 that get LARS and WD, 107 BN gamma/beta and the FC bias that get neither;
+25,557,032 floats, 102 MB), He-initialised weights, random gradients with
+||g|| = 0.01 ||w|| per layer (a realistic trust-ratio regime; the values do not change the
+work). Every arm applies the same rule (You et al. 2017, as in yasgd.optim.lars)::
+
+    local_lr = eta * ||w|| / (||g|| + wd * ||w|| + eps);  v = m v - lr * local_lr (g + wd w);  w += v
+
+through ``mx.optimizer.get_updater(opt)(indices, grads, weights)``, exactly what
+``gluon.Trainer._update`` calls:
+
+    yasgd fused, yasgd.ops library   LARS(fused=True): 1 norm call (322 arrays), 1 trust-ratio
+                                     call, 1 update call, no host sync (the default backend)
+    yasgd fused, MXNet operators     the same with YASGD_OPS=mxnet: multi_sum_sq, multi_lars,
+                                     preloaded_multi_sgd_mom_update in chunks of 60
+    yasgd per-layer                  LARS(fused=False): one norm, ratio and update per layer
+    MXNet lars, aggregation K        mx.optimizer.LARS with param_idx2name (so BN/bias get
+                                     neither LARS nor WD), momentum_correction off; the Updater
+                                     hands it K tensors a call and it calls multi_sum_sq,
+                                     multi_lars and preloaded_multi_sgd_mom_update per chunk.
+                                     K = MXNET_OPTIMIZER_AGGREGATION_SIZE: 4 (MXNet's default),
+                                     55 (jobs/common.sh), 60 (the most its CPU kernel takes:
+                                     61 crashes MXNet 1.9.1), and 1 (one tensor a call; its
+                                     aggregation 0 fails in MXNet 1.9.1: num_weights=0)
+
+The arms are timed in interleaved rounds (warm-up rounds not timed), each step ended by
+``mx.nd.waitall()``; the figure is the median. One process with OMP_NUM_THREADS=2
+(this machine's cores). Before timing, one step of every arm from the same weights is
+compared with the yasgd fused step (max relative difference of the updated weights).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from typing import Dict, List
+
+from yasgd.bench import common
+
+NAME = "optimizer"
+LR, MOMENTUM, WD, ETA, EPS, BATCH = 3.2, 0.9, 5e-5, 0.001, 1e-9, 1024
+FUSED = "yasgd fused (yasgd.ops library)"
+FUSED_MX = "yasgd fused (MXNet operators)"
+PER_LAYER = "yasgd per-layer"
+MX_AGG = (1, 4, 55, 60)
+COPY = "memcpy of the 102 MB of weights (reference)"
+#: Bytes a fused LARS step must move, in units of the weights' bytes: norms read W and G;
+#: the update reads W, G, M and writes W, M. A memcpy moves 2 (read + write).
+TRAFFIC = 7
+
+
+def _mx_name(k: int) -> str:
+    note = {1: "one tensor a call", 4: "MXNet default", 55: "jobs/common.sh", 60: "most its kernel takes"}[k]
+    return f"MXNet lars, aggregation {k} ({note})"
+
+
+def _tensors():
+    """(names, weights, grads) of ResNet-50 v1.5's 161 trainable tensors."""
+    import mxnet as mx
+    import numpy as np
+    from yasgd import model
+    net = model.build("resnet50_v1.5", zero_init_last_gamma=False)
+    mx.random.seed(0)
+    net.initialize(model.default_initializer(), ctx=mx.cpu())
+    plist = [p for p in net.collect_params().values() if p.grad_req != "null"]
+    rng = np.random.default_rng(0)
+    names, ws, gs = [], [], []
+    for p in plist:
+        w = p.data().asnumpy()
+        if not w.any():          # BN beta starts at 0: give it small values
+            w = rng.standard_normal(w.shape).astype("float32") * 1e-2
+        g = rng.standard_normal(w.shape).astype("float32")
+        g *= 0.01 * np.linalg.norm(w) / max(np.linalg.norm(g), 1e-30)
+        names.append(p.name)
+        ws.append(w)
+        gs.append(g * BATCH)     # rescale_grad = 1/BATCH brings it back
+    return names, ws, gs
+
+
+def worker(repeats: int, warmup: int, result: str) -> None:
+    import mxnet as mx
+    import numpy as np
+    from yasgd import ops
+    from yasgd.optim.lars import LARS
+
+    names, ws_np, gs_np = _tensors()
+    n = len(names)
+    idx = list(range(n))
+    grads = [mx.nd.array(g) for g in gs_np]
+    lib_ok = ops.load_library()
+
+    def yasgd_opt(fused):
+        return LARS(learning_rate=LR, momentum=MOMENTUM, wd=WD, eta=ETA, epsilon=EPS,
+                    momentum_correction=False, wd_in_denominator=True, fused=fused,
+                    rescale_grad=1.0 / BATCH)
+
+    def mx_opt(k):
+        opt = mx.optimizer.LARS(learning_rate=LR, momentum=MOMENTUM, wd=WD, eta=ETA, eps=EPS,
+                                momentum_correction=False, rescale_grad=1.0 / BATCH,
+                                param_idx2name=dict(enumerate(names)))
+        opt.aggregate_num = k     # what MXNET_OPTIMIZER_AGGREGATION_SIZE sets
+        return opt
+
+    arms: Dict[str, tuple] = {}
+    if lib_ok:
+        arms[FUSED] = (lambda: yasgd_opt(True), "yasgd")
+    arms[FUSED_MX] = (lambda: yasgd_opt(True), "mxnet")
+    arms[PER_LAYER] = (lambda: yasgd_opt(False), None)
+    for k in MX_AGG:
+        arms[_mx_name(k)] = (lambda k=k: mx_opt(k), None)
+
+    def make_step(factory, backend):
+        weights = [mx.nd.array(w) for w in ws_np]
+        upd = mx.optimizer.get_updater(factory())
+
+        def step():
+            saved = os.environ.get(ops.ENV_VAR)
+            if backend:
+                os.environ[ops.ENV_VAR] = backend
+            try:
+                upd(idx, grads, weights)
+            finally:
+                if backend:
+                    if saved is None:
+                        os.environ.pop(ops.ENV_VAR, None)
+                    else:
+                        os.environ[ops.ENV_VAR] = saved
+        return step, weights
+
+    # agreement: one step of every arm from the same weights
+    steps, diffs, ref = {}, {}, None
+    for name, (factory, backend) in arms.items():
+        step, weights = make_step(factory, backend)
+        step()
+        mx.nd.waitall()
+        after = [w.asnumpy() for w in weights]
+        if ref is None:
+            ref = after
+        moved = [a - w0 for a, w0 in zip(ref, ws_np)]
+        diffs[name] = float(max(np.abs((a - w0) - m).max() / max(np.abs(m).max(), 1e-30)
+                                for a, w0, m in zip(after, ws_np, moved)))
+        steps[name] = step
+    common.say(f"  {n} tensors; one step from the same weights, max relative difference of "
+               f"the update vs the first arm: " +
+               ", ".join(f"{k}: {v:.1e}" for k, v in diffs.items()))
+    # reference: the memory traffic of a fused step at memcpy speed
+    src = np.concatenate([w.ravel() for w in ws_np])
+    dst = np.empty_like(src)
+    steps[COPY] = lambda: np.copyto(dst, src)
+    common.say(f"  timing {len(steps)} arms, {warmup} warm-up + {repeats} timed rounds ...")
+    times = common.interleaved_times(steps, repeats=repeats, warmup=warmup)
+    out = {"tensors": n, "floats": int(sum(w.size for w in ws_np)),
+           "lars_tensors": int(sum(1 for w in ws_np if w.ndim >= 2)),
+           "library": lib_ok, "library_error": ops.library_error(),
+           "default_backend": ops.backend() if hasattr(ops, "backend") else None,
+           "update_rel_diff": diffs,
+           "times": {k: t.to_dict() for k, t in times.items()}}
+    common.write_json(result, out)
+
+
+def run(out_dir: str = "results", quick: bool = False) -> dict:
+    repeats, warmup = (3, 1) if quick else (20, 2)
+    env = dict(os.environ, OMP_NUM_THREADS="2", MXNET_OMP_MAX_THREADS="2")
+    env.pop("YASGD_OPS", None)     # the default backend is one of the arms
+    hw = common.hardware({"omp_num_threads": "2"})
+    common.say(f"bench optimizer: one LARS step over ResNet-50's tensors, 1 process, "
+               f"OMP_NUM_THREADS=2{' (--quick)' if quick else ''}")
+    with tempfile.TemporaryDirectory(prefix="yasgd-bench-opt-") as tmp:
+        res_path = os.path.join(tmp, "result.json")
+        common.run_process("yasgd.bench.optimizer", ["--repeats", str(repeats), "--warmup",
+                                                     str(warmup), "--result", res_path],
+                           env=env, timeout=900)
+        res = common.read_json(res_path)
+    return report(res, out_dir, quick, repeats, warmup, hw)
+
+
+def report(res: dict, out_dir: str, quick: bool, repeats: int, warmup: int,
+           hw: dict = None) -> dict:
+    copy = res["times"].get(COPY, {}).get("median_ms")
+    times = {k: v["median_ms"] for k, v in res["times"].items() if k != COPY}
+    ref_name = FUSED if FUSED in times else FUSED_MX
+    fused = times[ref_name]
+    floor = copy * TRAFFIC / 2 if copy else None
+    mx_best_name = min((k for k in times if k.startswith("MXNet lars, aggregation")),
+                       key=lambda k: times[k])
+    records, rows = [], []
+    for name, t in res["times"].items():
+        if name == COPY:
+            continue
+        ms = t["median_ms"]
+        rec = {"arm": name, "median_ms": ms, "samples_ms": t["samples_ms"],
+               "ratio_to_yasgd_fused": round(ms / fused, 2),
+               "update_rel_diff_vs_first_arm": res["update_rel_diff"].get(name)}
+        records.append(rec)
+        lo, hi = min(t["samples_ms"]), max(t["samples_ms"])
+        rows.append([name, f"{ms:.1f}", f"{lo:.0f}-{hi:.0f}", f"{ms / fused:.2f}x",
+                     f"{res['update_rel_diff'].get(name, 0):.0e}"])
+    if floor:
+        rows.append([f"reference: 7 x 102 MB of traffic at memcpy speed ({copy:.1f} ms per "
+                     f"102 MB copy)", f"{floor:.1f}", "", f"{floor / fused:.2f}x", ""])
+    table = common.md_table(["arm (one step, 161 tensors)", "ms/step (median)", "range (ms)",
+                             f"time / {ref_name}", "update vs first arm (max rel)"], rows,
+                            "lrrrr")
+    acc = [common.acceptance(f"{ref_name} >= 5x faster than {PER_LAYER}",
+                             times[PER_LAYER] / fused, 5.0),
+           common.acceptance(f"{ref_name} not slower than MXNet's built-in lars "
+                             f"(best aggregation: {mx_best_name})",
+                             times[mx_best_name] / fused, 1.0)]
+    notes = [
+        f"{res['tensors']} tensors ({res['lars_tensors']} with LARS + WD), "
+        f"{res['floats']:,} floats; lr {LR}, momentum {MOMENTUM}, wd {WD}, eta {ETA}, "
+        f"eps {EPS}, rescale_grad 1/{BATCH}; OMP_NUM_THREADS=2, one process; median of "
+        f"{repeats} interleaved rounds after {warmup} warm-up round(s).",
+        "MXNet's built-in lars chunks its work by MXNET_OPTIMIZER_AGGREGATION_SIZE (the "
+        "Updater hands it that many tensors per call; default 4): above 60 its CPU "
+        "preloaded_multi_sgd_mom_update kernel crashes, so it cannot take all 161 at once.",
+        "The last column checks that every arm computed the same update (MXNet's float32 "
+        "multi_sum_sq differs from yasgd's double accumulation by ~1e-4 relative).",
+        "Reference row: a fused step must read W and G for the norms, then read W, G, M and "
+        "write W, M: 7 x 102 MB; at the speed of one single-threaded np.copyto of the weights "
+        "(2 x 102 MB moved) that takes 3.5 copies. On a CPU both paths are memory-bound, so "
+        "the per-layer path loses only its extra passes over memory (temporaries) and its "
+        "per-operator overhead; on a GPU the per-layer path's ~1,600 kernel launches weigh "
+        "far more.",
+    ]
+    if not res.get("library"):
+        notes.append(f"yasgd.ops library not available ({res.get('library_error')}): "
+                     f"the fused arm ran on MXNet's operators only.")
+    plot = common.bar_chart(os.path.join(out_dir, "bench_optimizer.png"),
+                            list(times), list(times.values()), "ms per LARS step (median)",
+                            "One LARS step over ResNet-50's 161 tensors"
+                            + (" (--quick)" if quick else ""), ref=fused, ref_label=ref_name)
+    common.write_results(out_dir, NAME, records, table, notes=notes,
+                         title="LARS step over ResNet-50's parameters (yasgd bench optimizer)",
+                         setup={"tensors": res["tensors"], "floats": res["floats"],
+                                "repeats": repeats, "warmup": warmup, "omp_num_threads": 2,
+                                "statistic": "median"},
+                         quick=quick, acceptance_lines=acc, plots=[plot],
+                         extra={"memcpy_ms": copy, "traffic_floor_ms": floor},
+                         hw=hw or common.hardware({"omp_num_threads": "2"}))
+    common.say(table)
+    common.say(common.acceptance_table(acc))
+    return {"records": records, "acceptance": acc}
+
+
+def main(argv: List[str] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m yasgd.bench.optimizer")
+    ap.add_argument("--out", default="results")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--repeats", type=int, default=20, help=argparse.SUPPRESS)
+    ap.add_argument("--warmup", type=int, default=2, help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(args.repeats, args.warmup, args.result)
+    else:
+        run(out_dir=args.out, quick=args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

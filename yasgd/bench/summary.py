@@ -1,0 +1,150 @@
+"""``python -m yasgd.bench.summary --out DIR``: every ``bench_*.json``/``bench_*.md`` in DIR
+collected into ``DIR/SUMMARY.md`` (the last step of ``make bench``).
+
+SUMMARY.md holds: the hardware and software of this machine (yasgd.bench.common.hardware),
+an index of the benchmarks found (quick or full run, load average when each started, its
+acceptance lines met), every acceptance line in one table, then each benchmark's own
+Markdown (headings moved one level down) with its plots, and links to any PNG in DIR not
+shown yet. Benchmarks missing from DIR are listed as missing, never silently dropped.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+import time
+from typing import Dict, List, Optional
+
+from yasgd.bench import common
+
+#: The order of ``make bench`` (Makefile), then anything else found.
+ORDER = ("optimizer", "allreduce", "init", "overlap", "throughput", "data", "largebatch",
+         "ops_micro")
+EXPECTED = ORDER[:7]
+
+
+def _load(path: str) -> Optional[dict]:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _demote(md: str) -> str:
+    return re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", md, flags=re.M)
+
+
+def collect(out_dir: str) -> Dict[str, Dict[str, object]]:
+    """name -> {"json": dict or None, "md": text or None, "pngs": [...]}."""
+    found: Dict[str, Dict[str, object]] = {}
+    for path in glob.glob(os.path.join(out_dir, "bench_*.json")) + \
+            glob.glob(os.path.join(out_dir, "bench_*.md")):
+        name = os.path.splitext(os.path.basename(path))[0][len("bench_"):]
+        entry = found.setdefault(name, {"json": None, "md": None, "pngs": []})
+        if path.endswith(".json"):
+            entry["json"] = _load(path)
+        else:
+            with open(path) as f:
+                entry["md"] = f.read()
+    for name, entry in found.items():
+        entry["pngs"] = sorted(os.path.basename(p) for p in
+                               glob.glob(os.path.join(out_dir, f"bench_{name}*.png")))
+    order = {n: i for i, n in enumerate(ORDER)}
+    return dict(sorted(found.items(), key=lambda kv: (order.get(kv[0], len(ORDER)), kv[0])))
+
+
+def render(out_dir: str, found: Dict[str, Dict[str, object]], hw: Dict[str, object]) -> str:
+    lines = ["# yasgd benchmarks: summary", "",
+             f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by "
+             f"`python -m yasgd.bench.summary --out {out_dir}` from the bench_*.json/.md files "
+             f"in this folder. Every benchmark skips warm-up, reports medians and compares its "
+             f"arms side by side in one run (design principle 9).", "",
+             "## Hardware and software", "", common.hardware_line(hw), ""]
+    env = hw.get("tuning_env") or {}
+    if env:
+        lines += ["Tuning variables in the environment of the summary step: "
+                  + ", ".join(f"`{k}={v}`" for k, v in env.items()) + " (each benchmark sets "
+                  "its own per arm; see its table).", ""]
+    # index
+    rows = []
+    for name, e in found.items():
+        j = e["json"] or {}
+        h = j.get("hardware") or {}
+        acc = j.get("acceptance") or []
+        met = sum(1 for a in acc if a.get("met"))
+        files = [f"[md](bench_{name}.md)" if e["md"] is not None else "",
+                 f"[json](bench_{name}.json)" if e["json"] is not None else ""]
+        files += [f"[{p}]({p})" for p in e["pngs"]]
+        rows.append([name, j.get("title", "").split(" (yasgd bench")[0] or name,
+                     "quick (noisy)" if j.get("quick") else ("full" if j else "?"),
+                     h.get("load_avg_1min", "?"), f"{met}/{len(acc)}" if acc else "-",
+                     " ".join(f for f in files if f)])
+    missing = [n for n in EXPECTED if n not in found]
+    lines += ["## Index", "",
+              common.md_table(["bench", "what", "run", "load avg at start", "acceptance met",
+                               "files"], rows, "llllll") if rows else "No bench_*.json found.", ""]
+    if missing:
+        lines += [f"Not in this folder (not run, or failed): {', '.join(missing)}.", ""]
+    # every acceptance line
+    acc_rows = []
+    for name, e in found.items():
+        for a in (e["json"] or {}).get("acceptance") or []:
+            val = "n/a" if a.get("value") is None else \
+                f"{common.acceptance_value(a)}{a.get('unit', '')}"
+            verdict = {True: "met", False: "**not met**", None: "n/a"}[a.get("met")]
+            if (e["json"] or {}).get("quick"):
+                verdict += " (quick run)"
+            acc_rows.append([name, a["criterion"], val, verdict])
+    if acc_rows:
+        lines += ["## Acceptance lines", "",
+                  common.md_table(["bench", "criterion", "measured", "verdict"], acc_rows, "llrl"),
+                  ""]
+    # the benchmarks themselves
+    shown = set()
+    for name, e in found.items():
+        md = e["md"]
+        if md is None:
+            j = e["json"] or {}
+            md = f"# {name}\n\n(no bench_{name}.md; JSON keys: {', '.join(sorted(j))})\n"
+        shown.update(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md))
+        lines += [_demote(md.strip()), ""]
+        extra = [p for p in e["pngs"] if p not in shown]
+        for p in extra:
+            lines += [f"![{p}]({p})", ""]
+            shown.add(p)
+    others = sorted(os.path.basename(p) for p in glob.glob(os.path.join(out_dir, "*.png"))
+                    if os.path.basename(p) not in shown)
+    if others:
+        lines += ["## Other plots in this folder", ""] + [f"- [{p}]({p})" for p in others] + [""]
+    return "\n".join(lines)
+
+
+def write(out_dir: str) -> str:
+    found = collect(out_dir)
+    hw = common.hardware()
+    path = os.path.join(out_dir, "SUMMARY.md")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(path, "w") as f:
+        f.write(render(out_dir, found, hw))
+    return path
+
+
+def main(argv: List[str] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m yasgd.bench.summary", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="results", help="folder holding bench_*.json/.md")
+    args = ap.parse_args(argv)
+    if not os.path.isdir(args.out):
+        print(f"yasgd.bench.summary: error: {args.out} is not a folder", file=sys.stderr)
+        return 2
+    path = write(args.out)
+    n = len(collect(args.out))
+    print(f"wrote {path} ({n} benchmark{'s' if n != 1 else ''})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
