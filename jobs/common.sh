@@ -40,6 +40,12 @@ export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="${HOROVOD_STALL_SHUTDOWN_TIME_SECOND
 # Horovod's own log level (trace, debug, info, warning, error, fatal).
 export HOROVOD_LOG_LEVEL="${HOROVOD_LOG_LEVEL:-warning}"
 
+# --- MPI (OpenMPI's mpirun reads OMPI_MCA_* itself) ------------------------------
+# Seconds between mpirun's SIGTERM and SIGKILL to the ranks (OpenMPI's default: 1):
+# room for the SIGTERM checkpoint at the next log interval (yasgd/faults.py).
+# OpenMPI 4.1 also waits about twice this long before exiting after a rank failed.
+export OMPI_MCA_odls_base_sigkill_timeout="${OMPI_MCA_odls_base_sigkill_timeout:-10}"
+
 # --- NCCL (GPU clusters) --------------------------------------------------------
 # Fujitsu's MLPerf v0.6 run: 2 MB NCCL buffers.
 export NCCL_BUFFSIZE="${NCCL_BUFFSIZE:-2097152}"

@@ -1,7 +1,9 @@
 """The only argparse in yasgd: ``yasgd train | data | jobs | simulate | bench | provenance``.
 
 Every subcommand turns its arguments into explicit keyword arguments of a library
-function. A :class:`yasgd.UsageError` becomes one line on stderr and exit status 2.
+function. A :class:`yasgd.UsageError` becomes one line on stderr and exit status 2;
+a training error (non-finite loss, unusable checkpoint) one line and status 1; a
+run stopped by SIGTERM (checkpoint written) one line and status 143.
 """
 from __future__ import annotations
 
@@ -146,6 +148,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UsageError as e:
         print(f"yasgd: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:
+        from yasgd.checkpoint import CheckpointError
+        from yasgd.faults import TERM_EXIT_STATUS, Terminated
+        from yasgd.train import TrainingError
+        if isinstance(e, Terminated):   # one write per line: ranks share mpirun's stderr
+            sys.stderr.write(f"yasgd: {e}\n")
+            return TERM_EXIT_STATUS
+        if isinstance(e, (TrainingError, CheckpointError)):
+            sys.stderr.write(f"yasgd: error: {e}\n")
+            return 1
+        raise
 
 
 if __name__ == "__main__":

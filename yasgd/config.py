@@ -22,13 +22,14 @@ class RunCfg:
     name: str = "run"             # run directory name prefix
     dir: str = "runs"             # parent of run directories ("" = no run directory)
     seed: int = 0                 # one seed on every rank (parallel initialization)
-    resume: str = "none"          # none | auto | path to a checkpoint directory
+    resume: str = "none"          # none | auto | a checkpoint or run directory (yasgd.checkpoint)
 
 
 @dataclass
 class ModelCfg:
     name: str = "resnet8"         # resnet8 | resnet20 | resnet56 (CIFAR-style) | resnet50_v1.5 | ...
     width: int = 16               # channels of the first stage (small ResNets)
+    stem_stride: int = 1          # stride of the 3x3 stem of the small ResNets (2: 1/4 of the compute)
     classes: int = 10
     bn_momentum: float = 0.9      # moving-average decay of BN statistics; 0 = from bn_momentum_rule
     bn_momentum_rule: str = "fixed"  # fixed | iterations (see model.bn_momentum_for)
@@ -89,7 +90,7 @@ class TrainCfg:
     target_accuracy: float = 0.0  # stop once reached (0 = never)
     log_interval: int = 20        # steps between metric reductions (sync points)
     checkpoint_every: int = 0     # epochs between checkpoints (0 = only at the end)
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = 2     # newest checkpoints kept (0 = write none)
     bn_recalibrate_batches: int = 0  # re-estimate BN statistics on N un-augmented batches before eval
     progress: bool = True
     hybridize: bool = False       # CPU: imperative is ~3x faster in MXNet 1.9.1 (README, "Speed")
@@ -107,6 +108,16 @@ class CommCfg:
 
 
 @dataclass
+class MlperfCfg:
+    """The MLPerf-format log (yasgd.mlperf): ``mlperf.log`` in the run directory."""
+    enabled: bool = True
+    division: str = "open"        # open | closed (closed: ImageNet target and MLPerf's LARS values)
+    org: str = "yasgd"            # submission_org
+    platform: str = ""            # submission_platform ("" = <host>-<ranks>x<cpu|gpu>)
+    status: str = "research"      # submission_status: cloud | onprem | preview | research
+
+
+@dataclass
 class Config:
     run: RunCfg = field(default_factory=RunCfg)
     model: ModelCfg = field(default_factory=ModelCfg)
@@ -115,6 +126,7 @@ class Config:
     schedule: ScheduleCfg = field(default_factory=ScheduleCfg)
     train: TrainCfg = field(default_factory=TrainCfg)
     comm: CommCfg = field(default_factory=CommCfg)
+    mlperf: MlperfCfg = field(default_factory=MlperfCfg)
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -133,6 +145,8 @@ CHOICES = {
     ("schedule", "wd_schedule"): ("constant", "follow_lr"),
     ("comm", "init"): ("parallel", "broadcast"),
     ("comm", "trainer"): ("grouped", "horovod"),
+    ("mlperf", "division"): ("open", "closed"),
+    ("mlperf", "status"): ("cloud", "onprem", "preview", "research"),
 }
 
 
@@ -252,8 +266,15 @@ def check_values(cfg: Config) -> None:
         raise UsageError(f"config key schedule.end_lr ({s.end_lr}) exceeds optim.lr ({o.lr})")
     if cfg.data.polish_epochs < 0 or cfg.data.polish_epochs > t.epochs:
         raise UsageError(f"config key data.polish_epochs must be in [0, {t.epochs}], got {cfg.data.polish_epochs}")
+    if t.bn_recalibrate_batches and t.hybridize:
+        raise UsageError("train.bn_recalibrate_batches needs train.hybridize=false "
+                         "(the per-batch BN momentum is set on the imperative layers)")
     if not 0.0 <= cfg.model.bn_momentum < 1.0:
         raise UsageError(f"config key model.bn_momentum must be in [0, 1), got {cfg.model.bn_momentum}")
+    if cfg.run.resume not in ("none", "") and not cfg.run.dir:
+        raise UsageError("config key run.resume needs a run directory (run.dir is empty)")
+    if t.checkpoint_every < 0 or t.keep_checkpoints < 0:
+        raise UsageError("config keys train.checkpoint_every and train.keep_checkpoints must be >= 0")
 
 
 def per_rank_batch(cfg: Config, world_size: int) -> int:
