@@ -5,7 +5,8 @@
 Adds what a one-host launch needs: ``--allow-run-as-root`` when root,
 ``--oversubscribe`` (more ranks than cores), ``--bind-to none``, one OpenMP
 thread per rank unless OMP_NUM_THREADS is set, and the tuning variables of
-``jobs/common.sh`` exported to every rank. The exit status is mpirun's: when
+``jobs/common.sh`` (its defaults for whatever the environment does not set)
+exported to every rank. The exit status is mpirun's: when
 one rank dies, mpirun ends the others and exits non-zero (no hang).
 With ``--gloo`` it runs ``horovodrun --gloo`` instead.
 
@@ -46,6 +47,28 @@ def mpirun_command(np_: int, command: List[str], env_vars: Optional[List[str]] =
     return cmd + command
 
 
+COMMON_SH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         "jobs", "common.sh")
+
+
+def with_tuning_defaults(env: dict) -> dict:
+    """``env`` plus the defaults of jobs/common.sh for every variable it does not set
+    (the file only fills in unset variables). Unchanged when the file is absent."""
+    if not os.path.isfile(COMMON_SH):
+        return env
+    out = subprocess.run(["bash", "-c", 'source "$1" && env -0', "_", COMMON_SH], env=env,
+                         capture_output=True, timeout=30)
+    if out.returncode != 0:
+        raise SystemExit(f"yasgd.launch: error: sourcing {COMMON_SH} failed: "
+                         f"{out.stderr.decode(errors='replace').strip()}")
+    merged = dict(env)
+    for item in out.stdout.split(b"\0"):
+        key, sep, value = item.decode(errors="replace").partition("=")
+        if sep and key not in env:
+            merged[key] = value
+    return merged
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m yasgd.launch", description=__doc__.splitlines()[0])
     p.add_argument("-np", type=int, default=2)
@@ -61,6 +84,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error("no command given")
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.np)))
+    env = with_tuning_defaults(env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     if args.grace is not None:
         env["OMPI_MCA_odls_base_sigkill_timeout"] = str(args.grace)

@@ -128,7 +128,7 @@ def _overrides(scale: Scale, arm: str, batch: int, lr: float, micro: int, k: int
         "data.kind=fashion_mnist", f"data.limit={scale.limit}",
         f"train.epochs={scale.epochs}", f"train.global_batch={batch}",
         f"train.batch_per_rank={micro}", f"train.accumulate={k}",
-        "train.eval_every=1", "train.eval_offset=0", "train.progress=false",
+        "train.eval_every=1", "train.eval_offset=0", "train.progress=false", "train.keep_checkpoints=0", "mlperf.enabled=false",
         "train.log_interval=1000000", "train.hybridize=false",
         f"schedule.warmup_epochs={scale.warmup_epochs}", "schedule.warmup_begin_lr=0.0",
         "schedule.power=2.0", "schedule.end_lr=0.0",
@@ -238,7 +238,7 @@ def worker_calibrate(width: int, model_name: str, result_path: str, started: flo
         cfg = config_mod.load(None, [
             f"model.name={model_name}", f"model.width={width}", "run.dir=",
             f"data.limit={micro * (n + 1)}", f"train.global_batch={micro}",
-            "train.epochs=1", "train.progress=false", "train.log_interval=1000000",
+            "train.epochs=1", "train.progress=false", "train.keep_checkpoints=0", "mlperf.enabled=false", "train.log_interval=1000000",
             "optim.name=lars", "optim.lr=1.0", "schedule.warmup_epochs=0.5"])
         s = train.build(cfg, world)
         if "startup_s" not in out:
