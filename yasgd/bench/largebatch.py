@@ -68,9 +68,10 @@ class Scale:
     lars_cs: Sequence[float]          # x sqrt(batch / 4096)
     model: str = "resnet8"
     seed: int = 0
+    stem_stride: int = 2      # the demo's strided stem: a quarter of the compute per image
 
 
-FULL = Scale(batches=(1024, 4096, 8192, 16384), epochs=10, limit=32768, width=8,
+FULL = Scale(batches=(1024, 4096, 8192, 16384), epochs=12, limit=32768, width=16,
              warmup_epochs=2.0, polish_epochs=1, baseline_lrs=(0.05, 0.1, 0.2),
              sgd_base_lrs=(0.05, 0.1), lars_cs=(4.0, 8.0))
 QUICK = Scale(batches=(1024, 8192), epochs=2, limit=8192, width=8,
@@ -125,6 +126,7 @@ def _overrides(scale: Scale, arm: str, batch: int, lr: float, micro: int, k: int
     common_ = [
         f"run.name={name}", f"run.dir={run_dir}", f"run.seed={scale.seed}",
         f"model.name={scale.model}", f"model.width={scale.width}", "model.classes=10",
+        f"model.stem_stride={scale.stem_stride}",
         "data.kind=fashion_mnist", f"data.limit={scale.limit}",
         f"train.epochs={scale.epochs}", f"train.global_batch={batch}",
         f"train.batch_per_rank={micro}", f"train.accumulate={k}",
@@ -237,6 +239,7 @@ def worker_calibrate(width: int, model_name: str, result_path: str, started: flo
     for micro, n in ((MICRO, 6),):
         cfg = config_mod.load(None, [
             f"model.name={model_name}", f"model.width={width}", "run.dir=",
+            f"model.stem_stride={Scale.stem_stride}",
             f"data.limit={micro * (n + 1)}", f"train.global_batch={micro}",
             "train.epochs=1", "train.progress=false", "train.keep_checkpoints=0", "mlperf.enabled=false", "train.log_interval=1000000",
             "optim.name=lars", "optim.lr=1.0", "schedule.warmup_epochs=0.5"])
