@@ -65,16 +65,11 @@ def _conv(channels: int, kernel: int, stride: int, in_channels: int) -> nn.Conv2
                      in_channels=in_channels)
 
 
-class BasicBlock(nn.HybridBlock):
-    """Two 3x3 convolutions; a 1x1 projection when the shape changes."""
+class _Residual(nn.HybridBlock):
+    """body(x) + shortcut(x), then ReLU; the shortcut is a 1x1 projection + BN when the
+    shape changes (option B of He et al. 2016), else the identity."""
 
-    def __init__(self, channels: int, stride: int, in_channels: int, bn: _BN, zero_gamma: bool):
-        super().__init__()
-        self.body = nn.HybridSequential()
-        self.body.add(_conv(channels, 3, stride, in_channels))
-        bn.bn_relu(self.body, channels)
-        self.body.add(_conv(channels, 3, 1, channels))
-        self.body.add(bn.bn(channels, zero_gamma))
+    def _shortcut(self, channels: int, stride: int, in_channels: int, bn: _BN) -> None:
         self.downsample = None
         if stride != 1 or in_channels != channels:
             self.downsample = nn.HybridSequential()
@@ -86,7 +81,20 @@ class BasicBlock(nn.HybridBlock):
         return F.Activation(self.body(x) + residual, act_type="relu")
 
 
-class Bottleneck(nn.HybridBlock):
+class BasicBlock(_Residual):
+    """Two 3x3 convolutions."""
+
+    def __init__(self, channels: int, stride: int, in_channels: int, bn: _BN, zero_gamma: bool):
+        super().__init__()
+        self.body = nn.HybridSequential()
+        self.body.add(_conv(channels, 3, stride, in_channels))
+        bn.bn_relu(self.body, channels)
+        self.body.add(_conv(channels, 3, 1, channels))
+        self.body.add(bn.bn(channels, zero_gamma))
+        self._shortcut(channels, stride, in_channels, bn)
+
+
+class Bottleneck(_Residual):
     """1x1 -> 3x3 (stride here: v1.5) -> 1x1 (x4 channels)."""
 
     def __init__(self, channels: int, stride: int, in_channels: int, bn: _BN, zero_gamma: bool):
@@ -99,15 +107,7 @@ class Bottleneck(nn.HybridBlock):
         bn.bn_relu(self.body, mid)
         self.body.add(_conv(channels, 1, 1, mid))
         self.body.add(bn.bn(channels, zero_gamma))
-        self.downsample = None
-        if stride != 1 or in_channels != channels:
-            self.downsample = nn.HybridSequential()
-            self.downsample.add(_conv(channels, 1, stride, in_channels))
-            self.downsample.add(bn.bn(channels))
-
-    def hybrid_forward(self, F, x):
-        residual = self.downsample(x) if self.downsample is not None else x
-        return F.Activation(self.body(x) + residual, act_type="relu")
+        self._shortcut(channels, stride, in_channels, bn)
 
 
 class ResNet(nn.HybridBlock):
