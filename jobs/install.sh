@@ -42,10 +42,11 @@ if [ ! -x "$VENV/bin/python" ]; then
   say "creating $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
+VENV=$(cd "$VENV" && pwd)
 PY="$VENV/bin/python"
 PIP=("$PY" -m pip install -q --disable-pip-version-check)
 
-# Pinned Python stack (see README, "Installation"): numpy < 1.24 for mxnet 1.9.1;
+# Pinned Python stack (README, "The two commands"): numpy < 1.24 for mxnet 1.9.1;
 # gluoncv's unpinned dependencies pinned to versions that accept numpy 1.23.5.
 REQS=(numpy==1.23.5 "$MXNET" wheel setuptools pyyaml==6.0.2 mpi4py==4.1.2
       opencv-python==4.11.0.86 scipy==1.15.3 pandas==2.3.3 matplotlib==3.10.9
@@ -69,7 +70,9 @@ fi
 echo "$want" > "$stamp"
 
 # ---- 4. yasgd itself (editable) and its operator library -------------------
-if ! "$PY" -c "import yasgd, sys; sys.exit(0 if yasgd.__file__.startswith('$HERE') else 1)" 2>/dev/null; then
+# (checked from / so that the checkout's own yasgd/ folder cannot stand in for the install)
+if [ ! -x "$VENV/bin/yasgd" ] || ! (cd / && "$PY" -c \
+    "import yasgd, sys; sys.exit(0 if yasgd.__file__.startswith('$HERE/') else 1)") 2>/dev/null; then
   say "pip install -e ."
   "${PIP[@]}" --no-build-isolation --no-deps -e .
 fi
