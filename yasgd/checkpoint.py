@@ -185,13 +185,21 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
-def _optimizer_state(trainer) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """(arrays for mx.nd.save, JSON-able description) of the trainer's optimizer."""
+def _optimizer_state(trainer, net) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """(arrays for mx.nd.save, JSON-able description) of the trainer's optimizer.
+
+    States and update counts are keyed by the parameter's structural name, not by
+    the trainer's index: gluon.Trainer orders parameters by their *names*, which
+    carry process-global counters (``dense9_`` vs ``dense10_``), so the same model
+    can get another index order in the resuming process."""
     updaters = trainer._updaters
     if len(updaters) != 1:
         raise CheckpointError(f"one context per process expected, the trainer has {len(updaters)}")
+    name_of_id = {id(p): n for n, p in structural_params(net).items()}
+    key = lambda i: name_of_id[id(trainer._params[int(i)])]  # noqa: E731
     arrays, structure = {}, {}
-    for i, st in updaters[0].states.items():
+    for idx, st in updaters[0].states.items():
+        i = key(idx)
         if st is None:
             structure[str(i)] = None
         elif isinstance(st, (tuple, list)):
@@ -205,7 +213,7 @@ def _optimizer_state(trainer) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     current = [k for k, v in opt._all_index_update_counts.items() if v is opt._index_update_count]
     desc = {"class": type(opt).__name__, "num_update": int(opt.num_update),
             "begin_num_update": int(opt.begin_num_update),
-            "index_update_counts": {str(dev): {str(i): int(c) for i, c in counts.items()}
+            "index_update_counts": {str(dev): {key(i): int(c) for i, c in counts.items()}
                                     for dev, counts in opt._all_index_update_counts.items()},
             "current_device": current[0] if current else 0,
             "last_lr": getattr(opt, "_last_lr", None), "states": structure}
@@ -252,7 +260,7 @@ def save(s, step: int, elapsed: float) -> Optional[str]:
     # SYNC: reading parameters and optimizer state waits for the queued updates.
     if world.is_root:
         s.net.save_parameters(os.path.join(tmp, PARAMS))
-        arrays, opt_desc = _optimizer_state(s.trainer)
+        arrays, opt_desc = _optimizer_state(s.trainer, s.net)
         mx_save(os.path.join(tmp, STATES), arrays)
     else:   # BN running statistics are each rank's own (batch statistics of its shard)
         mx_save(os.path.join(tmp, aux_name(world.rank)), _aux_arrays(s.net))

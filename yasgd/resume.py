@@ -53,8 +53,11 @@ def load_into(s, path: str, state: Dict[str, Any]) -> None:
     updater = s.trainer._updaters[0]
     updater.states.clear()
     updater.states_synced.clear()
+    # keys are structural parameter names (see checkpoint._optimizer_state)
+    index_of_id = {id(p): i for i, p in enumerate(s.trainer._params)}
+    index = {n: index_of_id[id(p)] for n, p in structural_params(s.net).items() if id(p) in index_of_id}
     for key, kind in desc["states"].items():
-        i = int(key)
+        i = index[key]
         if kind is None:
             st = None
         elif kind == "array":
@@ -65,7 +68,7 @@ def load_into(s, path: str, state: Dict[str, Any]) -> None:
         updater.states_synced[i] = True
     opt.num_update = int(desc["num_update"])
     opt.begin_num_update = int(desc["begin_num_update"])
-    opt._all_index_update_counts = {int(dev): {int(i): int(c) for i, c in counts.items()}
+    opt._all_index_update_counts = {int(dev): {index[n]: int(c) for n, c in counts.items()}
                                     for dev, counts in desc["index_update_counts"].items()}
     dev = int(desc.get("current_device", 0))
     opt._all_index_update_counts.setdefault(dev, {})
