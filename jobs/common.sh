@@ -57,8 +57,9 @@ export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
 # nearest the rank's GPU); set them here only to force one for every rank.
 
 # --- MXNet ---------------------------------------------------------------------
-# Threaded engine per device; no cuDNN autotune at start-up (it costs seconds).
-export MXNET_ENGINE_TYPE="${MXNET_ENGINE_TYPE:-ThreadedEnginePerDevice}"
+# The engine stays MXNet's default (ThreadedEnginePerDevice): setting
+# MXNET_ENGINE_TYPE only makes every rank print a start-up line.
+# No cuDNN autotune at start-up (it costs seconds).
 export MXNET_CUDNN_AUTOTUNE_DEFAULT="${MXNET_CUDNN_AUTOTUNE_DEFAULT:-0}"
 # Parameters per multi-tensor optimizer call for MXNet's built-in optimizers
 # (yasgd's LARS aggregates all of them itself); MLPerf v0.6 used 55.
