@@ -32,7 +32,6 @@ floor no allreduce beats.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -221,20 +220,7 @@ def report(results: Dict[str, dict], out_dir: str, quick: bool, repeats: int,
 
 
 def main(argv: List[str] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m yasgd.bench.allreduce")
-    ap.add_argument("--out", default="results")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--setting", default="yasgd", help=argparse.SUPPRESS)
-    ap.add_argument("--repeats", type=int, default=10, help=argparse.SUPPRESS)
-    ap.add_argument("--warmup", type=int, default=2, help=argparse.SUPPRESS)
-    ap.add_argument("--result", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.worker:
-        worker(args.setting, args.repeats, args.warmup, args.result)
-    else:
-        run(out_dir=args.out, quick=args.quick)
-    return 0
+    return common.bench_main("python -m yasgd.bench.allreduce", run, worker, argv, setting="yasgd", repeats=10, warmup=2)
 
 
 if __name__ == "__main__":

@@ -448,3 +448,27 @@ def write_json(path: str, obj: object) -> None:
 
 def say(msg: str) -> None:
     print(msg, flush=True)
+
+
+def bench_main(prog: str, run, worker, argv=None, **worker_defaults) -> int:
+    """The script entry of a benchmark module (``python -m yasgd.bench.NAME``).
+
+    ``--out DIR [--quick]`` calls ``run(out_dir=, quick=)``; ``--worker`` (internal:
+    how ``run`` launches its own timed processes, e.g. under mpirun) calls
+    ``worker(**options)`` with ``--result PATH`` and one ``--NAME VALUE`` option per
+    entry of ``worker_defaults`` (typed by its default value).
+    """
+    import argparse
+    ap = argparse.ArgumentParser(prog=prog)
+    ap.add_argument("--out", default="results")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    for name, default in worker_defaults.items():
+        ap.add_argument(f"--{name}", type=type(default), default=default, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(result=args.result, **{name: getattr(args, name) for name in worker_defaults})
+    else:
+        run(out_dir=args.out, quick=args.quick)
+    return 0

@@ -18,7 +18,6 @@ After timing, every arm's result is checked once more for agreement across ranks
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -129,19 +128,7 @@ def run(out_dir: str = "results", quick: bool = False) -> dict:
 
 
 def main(argv: List[str] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m yasgd.bench.init")
-    ap.add_argument("--out", default="results")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--repeats", type=int, default=5, help=argparse.SUPPRESS)
-    ap.add_argument("--warmup", type=int, default=1, help=argparse.SUPPRESS)
-    ap.add_argument("--result", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.worker:
-        worker(args.repeats, args.warmup, args.result)
-    else:
-        run(out_dir=args.out, quick=args.quick)
-    return 0
+    return common.bench_main("python -m yasgd.bench.init", run, worker, argv, repeats=5, warmup=1)
 
 
 if __name__ == "__main__":

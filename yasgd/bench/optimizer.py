@@ -33,7 +33,6 @@ compared with the yasgd fused step (max relative difference of the updated weigh
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -248,19 +247,7 @@ def report(res: dict, out_dir: str, quick: bool, repeats: int, warmup: int,
 
 
 def main(argv: List[str] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m yasgd.bench.optimizer")
-    ap.add_argument("--out", default="results")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--repeats", type=int, default=20, help=argparse.SUPPRESS)
-    ap.add_argument("--warmup", type=int, default=2, help=argparse.SUPPRESS)
-    ap.add_argument("--result", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.worker:
-        worker(args.repeats, args.warmup, args.result)
-    else:
-        run(out_dir=args.out, quick=args.quick)
-    return 0
+    return common.bench_main("python -m yasgd.bench.optimizer", run, worker, argv, repeats=20, warmup=2)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ t(overlapped); the share of communication hidden is
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -178,21 +177,7 @@ def report(res: dict, out_dir: str, quick: bool, repeats: int, warmup: int,
 
 
 def main(argv: List[str] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m yasgd.bench.overlap")
-    ap.add_argument("--out", default="results")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--repeats", type=int, default=15, help=argparse.SUPPRESS)
-    ap.add_argument("--warmup", type=int, default=2, help=argparse.SUPPRESS)
-    ap.add_argument("--image", type=int, default=IMAGE, help=argparse.SUPPRESS)
-    ap.add_argument("--batch", type=int, default=BATCH, help=argparse.SUPPRESS)
-    ap.add_argument("--result", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.worker:
-        worker(args.repeats, args.warmup, args.result, args.image, args.batch)
-    else:
-        run(out_dir=args.out, quick=args.quick)
-    return 0
+    return common.bench_main("python -m yasgd.bench.overlap", run, worker, argv, repeats=15, warmup=2, image=IMAGE, batch=BATCH)
 
 
 if __name__ == "__main__":
