@@ -111,16 +111,8 @@ def worker(setting: str, repeats: int, warmup: int, result: str) -> None:
         fns[name] = t._allreduce_grads
     fns.update({FLAT_HVD: flat_hvd, FLAT_MPI: flat_mpi, COPY: copy})
     times = common.interleaved_times(fns, repeats=repeats, warmup=warmup, before=comm.Barrier)
-    # each call's time: the slower rank's
-    mine = {k: t.samples for k, t in times.items()}
-    everyone = comm.gather(mine, root=0)
-    if rank == 0:
-        import statistics
-        out = {}
-        for k in fns:
-            worst = [max(r[k][i] for r in everyone) for i in range(len(mine[k]))]
-            out[k] = {"median_ms": round(statistics.median(worst) * 1e3, 3),
-                      "samples_ms": [round(s * 1e3, 3) for s in worst]}
+    out = common.slowest_rank_ms(comm, times, digits=3)   # the slower rank's time per round
+    if out is not None:
         hv_env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("HOROVOD_")}
         common.write_json(result, {
             "setting": setting, "size": size, "tensors": len(grads), "floats": floats,

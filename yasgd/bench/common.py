@@ -254,22 +254,7 @@ def median_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
     work the call queued). ``before`` runs untimed ahead of every call (a barrier, a
     reset). Returns a :class:`Timing` (median of the timed calls, in seconds).
     """
-    for _ in range(warmup):
-        if before:
-            before()
-        fn()
-        if sync:
-            sync()
-    samples = []
-    for _ in range(max(1, repeats)):
-        if before:
-            before()
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        samples.append(time.perf_counter() - t0)
-    return Timing(statistics.median(samples), samples, warmup)
+    return interleaved_times({"fn": fn}, repeats, warmup, sync=sync, before=before)["fn"]
 
 
 def interleaved_times(fns: Dict[str, Callable[[], object]], repeats: int, warmup: int = 1,
@@ -472,3 +457,19 @@ def bench_main(prog: str, run, worker, argv=None, **worker_defaults) -> int:
     else:
         run(out_dir=args.out, quick=args.quick)
     return 0
+
+
+def slowest_rank_ms(comm, times: Dict[str, "Timing"], digits: int = 2) -> Optional[Dict[str, dict]]:
+    """Per arm, each round's time on the slower rank, and their median, in ms (on rank 0;
+    None elsewhere). ``comm``: an mpi4py communicator; ``times``: interleaved_times()."""
+    import statistics
+    mine = {k: t.samples for k, t in times.items()}
+    everyone = comm.gather(mine, root=0)
+    if comm.Get_rank() != 0:
+        return None
+    out = {}
+    for k, samples in mine.items():
+        worst = [max(r[k][i] for r in everyone) for i in range(len(samples))]
+        out[k] = {"median_ms": round(statistics.median(worst) * 1e3, digits),
+                  "samples_ms": [round(s * 1e3, digits) for s in worst]}
+    return out

@@ -64,15 +64,8 @@ def worker(repeats: int, warmup: int, result: str) -> None:
             identical[k] = True
         except init.InitMismatchError:
             identical[k] = False
-    mine = {k: t.samples for k, t in times.items()}
-    everyone = comm.gather(mine, root=0)
-    if world.rank == 0:
-        import statistics
-        out = {}
-        for k in fns:
-            worst = [max(r[k][i] for r in everyone) for i in range(len(mine[k]))]
-            out[k] = {"median_ms": round(statistics.median(worst) * 1e3, 1),
-                      "samples_ms": [round(s * 1e3, 1) for s in worst]}
+    out = common.slowest_rank_ms(comm, times, digits=1)   # the slower rank's time per round
+    if out is not None:
         allp = list(net.collect_params().values())
         common.write_json(result, {
             "size": world.size, "arrays": len(allp),

@@ -95,15 +95,8 @@ def worker(repeats: int, warmup: int, result: str, image: int, batch: int) -> No
     fns = {OVER: overlapped, WAIT_G: wait_groups, WAIT_1: wait_one, COMPUTE: compute_only,
            COMM: grouped._allreduce_grads}
     times = common.interleaved_times(fns, repeats=repeats, warmup=warmup, before=comm.Barrier)
-    mine = {k: t.samples for k, t in times.items()}
-    everyone = comm.gather(mine, root=0)
-    if world.rank == 0:
-        import statistics
-        out = {}
-        for k in fns:
-            worst = [max(r[k][i] for r in everyone) for i in range(len(mine[k]))]
-            out[k] = {"median_ms": round(statistics.median(worst) * 1e3, 2),
-                      "samples_ms": [round(s * 1e3, 2) for s in worst]}
+    out = common.slowest_rank_ms(comm, times, digits=2)   # the slower rank's time per round
+    if out is not None:
         common.write_json(result, {
             "size": world.size, "groups": len(grouped.groups), "image": image, "batch": batch,
             "ops_backend": ops.backend(),
