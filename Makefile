@@ -9,7 +9,8 @@ NP ?= 2
 CONFIG ?= examples/configs/demo.yaml
 OUT ?= results
 # Launch N ranks on this host: root needs --allow-run-as-root, more ranks than
-# cores need --oversubscribe; each rank gets one OpenMP thread.
+# cores need --oversubscribe; each rank gets one OpenMP thread; the launcher
+# applies the tuning defaults of jobs/common.sh.
 MPIRUN = $(VENV)/bin/python -m yasgd.launch -np $(NP)
 PYTEST = $(PY) -m pytest -q -p no:cacheprovider
 
@@ -21,7 +22,7 @@ install:
 	MXNET='$(MXNET)' bash jobs/install.sh $(VENV)
 
 train: install
-	source jobs/common.sh && $(MPIRUN) $(YASGD) train $(CONFIG) $(ARGS)
+	$(MPIRUN) $(YASGD) train $(CONFIG) $(ARGS)
 
 test: install
 	$(MAKE) --no-print-directory test-unit test-multiproc test-e2e
@@ -30,7 +31,7 @@ test-unit:
 	OMP_NUM_THREADS=2 $(PYTEST) tests/unit
 
 test-multiproc:
-	source jobs/common.sh && $(MPIRUN) $(PYTEST) tests/multiproc
+	$(MPIRUN) $(PYTEST) tests/multiproc
 
 test-e2e:
 	$(PYTEST) tests/e2e
