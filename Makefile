@@ -8,6 +8,8 @@ YASGD := $(VENV)/bin/yasgd
 NP ?= 2
 CONFIG ?= examples/configs/demo.yaml
 OUT ?= results
+BENCHES := optimizer allreduce init overlap throughput data largebatch
+BENCH_TARGETS := $(addprefix bench-,$(BENCHES))
 # Launch N ranks on this host: root needs --allow-run-as-root, more ranks than
 # cores need --oversubscribe; each rank gets one OpenMP thread; the launcher
 # applies the tuning defaults of jobs/common.sh.
@@ -15,8 +17,7 @@ MPIRUN = $(VENV)/bin/python -m yasgd.launch -np $(NP)
 PYTEST = $(PY) -m pytest -q -p no:cacheprovider
 
 .PHONY: install train test test-unit test-multiproc test-e2e bench jobs-check clean \
-        bench-optimizer bench-allreduce bench-init bench-throughput bench-data \
-        bench-largebatch bench-overlap
+        $(BENCH_TARGETS)
 
 install:
 	MXNET='$(MXNET)' bash jobs/install.sh $(VENV)
@@ -36,11 +37,13 @@ test-multiproc:
 test-e2e:
 	$(PYTEST) tests/e2e
 
-bench-%: install
+# a static pattern rule: make skips implicit-rule search for .PHONY targets, so a plain
+# `bench-%:` pattern would never run for them
+$(BENCH_TARGETS): bench-%: install
 	$(YASGD) bench $* --out $(OUT) $(if $(QUICK),--quick,)
 
 bench: install
-	for b in optimizer allreduce init overlap throughput data largebatch; do \
+	for b in $(BENCHES); do \
 	  $(MAKE) --no-print-directory bench-$$b || exit 1; done
 	$(PY) -m yasgd.bench.summary --out $(OUT)
 

@@ -6,19 +6,30 @@ Reference (You et al. 2017, with the options made explicit), float64:
     v        = m_t * v + lr_t * local_lr * (g + wd * w);   w = w - v
 ndim <= 1 tensors: local_lr = 1 and wd = 0. Tolerance: 1e-6 relative on the
 weights after 20 steps (fp32 arithmetic against float64), and for fp16
-multi_precision on the fp32 master weights.
+multi_precision on the fp32 master weights. Every test runs on both operator backends
+(yasgd's library and the fallback to MXNet's operators, YASGD_OPS=yasgd|mxnet).
 """
 import mxnet as mx
 import numpy as np
 import pytest
 
 import yasgd.optim
+from yasgd import ops
 from yasgd.schedule import WarmupPolySchedule, WDSchedule
 
 # ResNet-50-like tensors: conv (4-D), dense (2-D), BN gamma/beta and bias (1-D).
 SHAPES = [(64, 3, 7, 7), (64,), (64,), (64, 64, 1, 1), (64, 64, 3, 3), (256, 64, 1, 1),
           (256,), (256,), (128, 256, 1, 1), (1000, 2048), (1000,), (512, 128, 3, 3)]
 STEPS = 20
+
+
+@pytest.fixture(autouse=True, params=["yasgd", "mxnet"])
+def ops_backend(request, monkeypatch):
+    """Run each test on both yasgd.ops backends."""
+    if request.param == "yasgd" and not ops.load_library():
+        pytest.skip("operator library unavailable: %s" % ops.library_error())
+    monkeypatch.setenv("YASGD_OPS", request.param)
+    return request.param
 
 
 def reference(ws, gs_per_step, lr_fn, wd_fn, m, eta, eps, rescale, wd_den, corr):

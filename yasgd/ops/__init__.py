@@ -17,21 +17,24 @@ Two backends with the same Python API (NDArray in, NDArray out, no host synchron
   exports only lib_api's C entry points (see yasgd/ops/build.py: with Horovod loaded,
   libmxnet's own lib_api classes used to pre-empt ours). CPU only: arrays on a GPU always
   go to MXNet's built-ins, which have GPU kernels.
-* ``'mxnet'``: MXNet 1.9.1's built-ins ``multi_sum_sq``, ``multi_lars``,
-  ``preloaded_multi_sgd_mom_update`` / ``preloaded_multi_mp_sgd_mom_update``. The
-  preloaded SGD ops hold at most 60 weights per call (``MultiSGDKernelParam::N``; 61
-  segfaults MXNet 1.9.1 on CPU), so the update is issued in chunks of
-  ``MXNET_MAX_WEIGHTS_PER_CALL``; ``multi_sum_sq`` needs one dtype per call, so mixed
-  float16/float32 lists are split by dtype and reassembled with ``take``.
+* ``'mxnet'``: MXNet 1.9.1's own operators: ``multi_lars``,
+  ``preloaded_multi_sgd_mom_update`` / ``preloaded_multi_mp_sgd_mom_update``, and for the
+  norms on CPU a float64 composition (``astype`` + ``dot`` per array,
+  :func:`_sum_sq_float64`), because the built-in ``multi_sum_sq`` accumulates in float32
+  there (on a GPU the built-in runs). The preloaded SGD ops hold at most 60 weights per
+  call (``MultiSGDKernelParam::N``; 61 segfaults MXNet 1.9.1 on CPU), so the update is
+  issued in chunks of ``MXNET_MAX_WEIGHTS_PER_CALL``.
 
 Selection: the ``backend=`` argument of a call, else the environment variable
 ``YASGD_OPS=yasgd|mxnet`` (tests, benchmarks), else ``DEFAULT_BACKEND`` when its library is
 available, else ``'mxnet'``. Forcing ``'yasgd'`` when the library cannot be loaded raises.
 
 Accuracy: 'yasgd' accumulates squares exactly in double (relative error <= 6e-8, the final
-rounding to float32); MXNet 1.9.1's CPU ``multi_sum_sq`` accumulates each array in float32
-sequentially (float16 inputs: the squares are rounded to float16), relative error ~1e-3 on
-ResNet-50's 2.4 M-element layers and ~1e-5 on any float16 array (tests/unit/test_ops.py).
+rounding to float32), 'mxnet' in double through BLAS (<= 4e-8 measured); both pass the same
+1e-6 tests. MXNet 1.9.1's CPU built-in ``multi_sum_sq`` (:func:`builtin_multi_sum_sq`)
+accumulates each array in float32 sequentially (float16 inputs: the squares are rounded to
+float16), relative error ~1e-3 on ResNet-50's 2.4 M-element layers and ~1e-5 on any float16
+array (tests/unit/test_ops.py bounds it); it is timed next to the others by the benchmark.
 
 ``DEFAULT_BACKEND = 'yasgd'``, chosen by measurement (``python -m yasgd.bench.ops_micro``):
 2-core x86-64 VM (Intel Xeon, AVX-512 host; the library's AVX2 clone ran), MXNet 1.9.1 CPU
@@ -68,7 +71,8 @@ import numpy as np
 # imports this package first) neither needs nor waits for it.
 
 __all__ = ["DEFAULT_BACKEND", "BACKENDS", "backend", "load_library", "library_error",
-           "multi_sum_sq", "lars_trust_ratio", "multi_sgd_mom_update"]
+           "multi_sum_sq", "builtin_multi_sum_sq", "lars_trust_ratio",
+           "multi_sgd_mom_update"]
 
 #: The backend used when neither ``backend=`` nor ``YASGD_OPS`` says otherwise (and its
 #: library is available). Chosen by the measurement in this module's docstring.
@@ -173,7 +177,9 @@ def multi_sum_sq(arrays, backend=None):  # pylint: disable=redefined-outer-name
 
     ``out[i] = sum(arrays[i] ** 2)``; float32 and float16 inputs. Pass weights and
     gradients together (``multi_sum_sq(weights + grads)``) to get both norms of every
-    layer in a single call, as the paper's batched norm computation does.
+    layer in a single call, as the paper's batched norm computation does. Both backends
+    accumulate in double on CPU ('mxnet': :func:`_sum_sq_float64`); on a GPU MXNet's
+    built-in runs (:func:`builtin_multi_sum_sq`).
     """
     import mxnet as mx
     arrays = list(arrays)
@@ -182,6 +188,32 @@ def multi_sum_sq(arrays, backend=None):  # pylint: disable=redefined-outer-name
     ctx = arrays[0].context
     if _use_yasgd(backend, ctx):
         return mx.nd.yasgd_multi_sum_sq(*arrays, num_arrays=len(arrays))
+    if ctx.device_type == "cpu":
+        return _sum_sq_float64(arrays)
+    return builtin_multi_sum_sq(arrays)
+
+
+def _sum_sq_float64(arrays):
+    """The CPU fallback: MXNet's own operators, accumulating in float64 (one ``astype``
+    and one ``dot`` per array, then one ``concat``). MXNet 1.9.1's CPU ``multi_sum_sq``
+    accumulates sequentially in float32 even for float64 inputs (relative error 1.1e-3
+    on ResNet-50's weights, 1.8e-3 on one 2.4 M-element tensor), too coarse for the
+    1e-6 the LARS tests ask; BLAS's float64 ``dot`` is exact to ~4e-8 after the final
+    rounding to float32. It costs about 2.5x the built-in (see yasgd.bench.ops_micro)."""
+    import mxnet as mx
+    sums = []
+    for a in arrays:
+        f = a.astype("float64").reshape(-1)   # astype first: MKLDNN layouts cannot reshape
+        sums.append(mx.nd.dot(f, f))
+    return mx.nd.concat(*sums, dim=0).astype("float32")
+
+
+def builtin_multi_sum_sq(arrays):
+    """MXNet's built-in ``multi_sum_sq`` as it is (the GPU fallback; on CPU reported by the
+    benchmarks for comparison): one call per dtype, results in the caller's order."""
+    import mxnet as mx
+    arrays = list(arrays)
+    ctx = arrays[0].context
     names = [np.dtype(a.dtype).name for a in arrays]
     if len(set(names)) == 1:
         return mx.nd.multi_sum_sq(*arrays, num_arrays=len(arrays))
