@@ -1,12 +1,14 @@
 """Launch N ranks of a command on this host through mpirun (OpenMPI).
 
-    python -m yasgd.launch -np 2 [--timeout S] [--gloo] -- yasgd train CONFIG ...
+    python -m yasgd.launch -np 2 [--timeout S] [--gloo] [--no-tuning-defaults] -- yasgd train CONFIG ...
 
 Adds what a one-host launch needs: ``--allow-run-as-root`` when root,
 ``--oversubscribe`` (more ranks than cores), ``--bind-to none``, one OpenMP
 thread per rank unless OMP_NUM_THREADS is set, and the tuning variables of
 ``jobs/common.sh`` (its defaults for whatever the environment does not set)
-exported to every rank. The exit status is mpirun's: when
+exported to every rank (``--no-tuning-defaults``: the environment exactly as given, e.g.
+to measure Horovod's own defaults; the benchmarks build each arm's environment
+themselves and pass it). The exit status is mpirun's: when
 one rank dies, mpirun ends the others and exits non-zero (no hang).
 With ``--gloo`` it runs ``horovodrun --gloo`` instead.
 
@@ -77,6 +79,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--grace", type=int, default=None,
                    help="seconds between mpirun's SIGTERM and SIGKILL to the ranks (default: "
                         "$OMPI_MCA_odls_base_sigkill_timeout, else 10)")
+    p.add_argument("--no-tuning-defaults", action="store_true",
+                   help="do not fill in jobs/common.sh's tuning variables (HOROVOD_*, MXNET_*, "
+                        "...): run with the environment exactly as given")
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -84,7 +89,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error("no command given")
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.np)))
-    env = with_tuning_defaults(env)
+    if not args.no_tuning_defaults:
+        env = with_tuning_defaults(env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     if args.grace is not None:
         env["OMPI_MCA_odls_base_sigkill_timeout"] = str(args.grace)

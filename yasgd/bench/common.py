@@ -400,8 +400,11 @@ def bar_chart(path: str, labels: Sequence[str], values: Sequence[float], xlabel:
 def launch_ranks(module: str, args: Sequence[str], env: Dict[str, str], np_: int = 2,
                  timeout: float = 600.0) -> None:
     """Run ``python -m module --worker ARGS`` on ``np_`` ranks through yasgd.launch
-    (mpirun); raises RuntimeError when it fails (mpirun ends every rank if one dies)."""
+    (mpirun) with exactly ``env`` (``--no-tuning-defaults``: the caller chose every tuning
+    variable, e.g. :func:`horovod_default_env` has none); raises RuntimeError when it fails
+    (mpirun ends every rank if one dies)."""
     cmd = [sys.executable, "-m", "yasgd.launch", "-np", str(np_), "--timeout", str(int(timeout)),
+           "--no-tuning-defaults",
            "--", sys.executable, "-m", module, "--worker"] + list(args)
     proc = subprocess.run(cmd, env=env, cwd=REPO_ROOT)
     if proc.returncode != 0:
