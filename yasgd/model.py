@@ -162,6 +162,14 @@ def build(name: str, classes: int = 1000, width: int = 16, bn_momentum: float = 
                      f"resnet<6n+2> such as resnet8, resnet20, resnet56)")
 
 
+def imagenet_style(name: str) -> bool:
+    """True for the ImageNet ResNets (resnet18/34/50/101/152, 7x7 stem), False for the
+    CIFAR-style resnet<6n+2> and unknown names."""
+    key = name.lower().replace("_v1.5", "").replace("_v1b", "")
+    return (key.startswith("resnet") and key[6:].isdigit()
+            and int(key[6:]) in {**BOTTLENECK_LAYERS, **BASIC_LAYERS})
+
+
 def from_config(model_cfg, in_channels: int = 3, bn_momentum: float = None) -> ResNet:
     return build(model_cfg.name, classes=model_cfg.classes, width=model_cfg.width,
                  in_channels=in_channels, stem_stride=model_cfg.stem_stride,

@@ -99,7 +99,7 @@ def build(cfg, world) -> Setup:
                              check=cfg.comm.check_init, world=world)
     if cfg.model.dtype == "float16":
         net.cast("float16")
-    if cfg.train.hybridize:
+    if config_mod.hybridize(cfg):
         net.hybridize(static_alloc=True, static_shape=True)
     lars, plain = params.split_by_structure(net.collect_params().values())
     for p in plain:

@@ -40,10 +40,28 @@ def test_dump_round_trip(tmp_path):
     (["optim.fused=maybe"], "optim.fused must be a boolean"),
     (["optim.name=adam"], "optim.name must be one of"),
     (["schedule.warmup_epochs=100"], "warmup_epochs"),
+    (["train.hybridize=sometimes"], "train.hybridize must be one of auto, true, false"),
+    (["train.hybridize=true", "train.bn_recalibrate_batches=4"], "needs train.hybridize=false"),
 ])
 def test_bad_values_raise(override, words):
     with pytest.raises(UsageError, match=words):
         config.load(None, override)
+
+
+@pytest.mark.parametrize("overrides, want", [
+    (["model.name=resnet50_v1.5"], True),          # auto: ImageNet ResNets hybridized
+    (["model.name=resnet18"], True),
+    (["model.name=resnet8"], False),               # auto: CIFAR-style ones imperative
+    (["model.name=resnet56"], False),
+    (["model.name=resnet50_v1.5", "train.bn_recalibrate_batches=4"], False),
+    (["model.name=resnet50_v1.5", "train.hybridize=false"], False),
+    (["model.name=resnet8", "train.hybridize=true"], True),
+    (["model.name=resnet8", "train.hybridize=True"], True),
+])
+def test_hybridize_auto(overrides, want):
+    cfg = config.load(None, overrides)
+    assert config.hybridize(cfg) is want
+    assert config.load(None, ["train.hybridize=false"]).train.hybridize == "false"
 
 
 @pytest.mark.parametrize("world, g, bpr, acc, ok", [
