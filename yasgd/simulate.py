@@ -1,21 +1,29 @@
 """Scaling model of synchronous data-parallel ResNet-50 training (``yasgd simulate``).
 
-One iteration on every GPU (all GPUs identical, no stragglers, data loading hidden):
+One iteration (all GPUs run the same program; data loading is inside the published throughput):
 
     forward  t_f = C/3,  backward t_b = 2C/3   (backward ~ 2x forward FLOPs: input and weight grads)
     C + t_u = b / X(b)                         (X: published per-GPU training img/s, t_u: optimizer
                                                 update, HBM-bound, runs after the last allreduce)
-    gradient tensor i is ready at t_f + t_b * (conv/fc MACs of layers reduced so far) / (all MACs)
-    groups (yasgd's static grouping, backward order): ready_g = ready of its last tensor
-    one communication channel:  start_g = max(ready_g, end_{g-1}),  end_g = start_g + T(bytes_g)
-    iteration = max(t_f + t_b, end_last) + t_u          (never shorter than compute)
+    lock-step: on N > 1 GPUs every rank waits for the slowest, so C -> C * L(N), L(N) = 1 + E[max of
+               N draws of (U + G)], U ~ uniform GPU-to-GPU speed spread, G ~ normal step-time jitter
+    gradient tensor i is ready once backward has done t_b * (conv/fc MACs so far) / (all MACs)
+    groups: yasgd's static budget grouping, or the preset's (abci2019: Fujitsu's cubic groups);
+            ready_g = ready of its last tensor
+    one communication channel: start_g = end_{g-1} if the group was ready before, otherwise
+            ready_g + cycle/2 (the Horovod background loop polls every cycle);
+            end_g = start_g + T(bytes_g) + fusion-buffer copies
+    while a collective runs, backward runs on the SMs NCCL leaves free (rate 1 - channels/SMs)
+    iteration = max(end of backward, end_last) + t_u            (never shorter than compute)
 
-Allreduce cost T (alpha-beta model, Thakur, Rabenseifner & Gropp 2005):
+Allreduce cost T (alpha-beta model, Thakur, Rabenseifner & Gropp 2005; constants per NCCL protocol
+from NCCL's own cost model, src/graph/tuning.cc):
     ring over n:     2(n-1)/n * S / bw + 2(n-1) * alpha
     hierarchical:    intra-node reduce-scatter (NVLink) + inter-node allreduce of the node's
                      S bytes over its HCAs aggregated + intra-node allgather; inter-node "ring"
-                     (2(p-1) alpha) or "tree" (halving-doubling / NCCL double tree, 2 log2(p)
-                     alpha); the presets use the tree (Preset.algorithm), the table shows all
+                     (2(p-1) alpha) or "tree" (NCCL double binary tree, 2 log2(p) alpha, NCCL's
+                     tree bandwidth factor and its size correction); the presets use the tree
+                     (Preset.algorithm), the table shows all
 Every call also pays NCCL's fixed per-collective latency. Units: bytes, seconds, bytes/s.
 """
 from __future__ import annotations
@@ -30,6 +38,7 @@ IMAGENET_TRAIN = 1_281_167      # ILSVRC-2012 training images
 IMAGENET_VAL = 50_000           # ILSVRC-2012 validation images
 DEFAULT_BUDGET = 4 << 20        # = yasgd.config.CommCfg.group_budget_bytes (test pins it)
 ALGORITHMS = ("ring", "hierarchical", "hierarchical_tree")
+GROUPINGS = ("budget", "fujitsu_cubic")
 GB = 1e9
 US = 1e-6
 
@@ -92,6 +101,47 @@ def _group_bounds(sizes: Sequence[int], budget: int) -> List[Tuple[int, int]]:
         bounds.append((start, len(sizes)))
     return bounds
 
+
+def is_batchnorm(tensor_name: str) -> bool:
+    """BN gamma/beta (``bn1[0]``, ``stage2.0.down_bn[1]``): MXNet's BatchNorm infers them as
+    float32 for float16 data (BatchNormType in src/operator/nn/batch_norm.cc; checked with MXNet
+    1.9.1's infer_type), so Fujitsu's Horovod reduces them separately (fujitsu_cubic_groups)."""
+    return "bn" in tensor_name.split("[")[0].split(".")[-1]
+
+
+def fujitsu_cubic_bounds(payload: int = 161, transfersize: int = 3) -> List[Tuple[int, int]]:
+    """Forward-order tensor-id ranges [begin, end) of the groups of Fujitsu's MLPerf v0.6 Horovod
+    (``HOROVOD_CUBIC_TRANSFER_MODE=1``, ``HOROVOD_FIXED_PAYLOAD=161``,
+    ``HOROVOD_FIXED_TRANSFERSIZE=3`` in JobScripts/parameters; 3rdparty/horovod/.../operations.cc:
+    group k = [P - (k+1)^3 F, P - k^3 F) clipped at 0), in the order they are reduced (the last
+    layers first). 161, 3 -> 3, 21, 57, 80 tensors."""
+    out, k = [], 0
+    while True:
+        begin = max(payload - (k + 1) ** 3 * transfersize, 0)
+        out.append((begin, max(payload - k ** 3 * transfersize, 0)))
+        if begin == 0:
+            return out
+        k += 1
+
+
+def fujitsu_cubic_groups(grad_bytes: int = 2, fp32_bytes: int = 4) -> List[Tuple[int, int]]:
+    """(index in backward order of the tensor that completes the group, bytes) per collective of
+    Fujitsu's 2019 Horovod: the cubic groups of float16 tensors, then one collective of every
+    float32 tensor (BN gamma/beta), which operations.cc queues (fp32_message_queue) and reduces
+    after the last group. Groups without float16 bytes launch nothing."""
+    t = backward_tensors()
+    last = len(t) - 1
+    groups, fp32 = [], 0
+    for begin, end in fujitsu_cubic_bounds(len(t)):
+        idx = [last - i for i in range(begin, end)]            # forward id i -> backward index
+        fp16 = sum(t[i][1] * grad_bytes for i in idx if not is_batchnorm(t[i][0]))
+        fp32 += sum(t[i][1] * fp32_bytes for i in idx if is_batchnorm(t[i][0]))
+        if fp16:
+            groups.append((max(idx), fp16))
+    if fp32:
+        groups.append((last, fp32))
+    return groups
+
 # ---------------------------------------------------------------- allreduce cost
 
 
@@ -120,6 +170,17 @@ class Topology:
     ib_latency: float      # s per inter-node ring step
     ib_tree_latency: float # s per inter-node tree level
     call_latency: float    # s per collective call (launch, NCCL base latency)
+    tree_bw_factor: float = 1.0               # NCCL tuning.cc: tree busBw x .9
+    tree_correction: Tuple[float, ...] = ()   # NCCL treeCorrectionFactor row; () = none
+
+
+def tree_correction(table: Sequence[float], nbytes_per_rank: float) -> float:
+    """NCCL's size correction of tree bandwidth (tuning.cc, ncclTopoGetAlgoTime): "Trees are not
+    perfectly sticking to the model for medium sizes": bw *= table[log2i(bytes >> 6)] while that
+    index is inside the table (64 B, 128 B, ... per power of two), 1 past it."""
+    n = int(nbytes_per_rank) >> 6
+    i = n.bit_length() - 1 if n > 0 else 0
+    return table[i] if i < len(table) else 1.0
 
 
 def allreduce_time(nbytes: float, gpus: int, topo: Topology, algorithm: str) -> float:
@@ -138,11 +199,12 @@ def allreduce_time(nbytes: float, gpus: int, topo: Topology, algorithm: str) -> 
     intra = ring_reduce_scatter_time(nbytes, g, topo.nvlink_bw, topo.nvlink_latency)
     if algorithm == "hierarchical":
         inter = ring_allreduce_time(nbytes, nodes, node_bw, topo.ib_latency)
-    else:
-        inter = tree_allreduce_time(nbytes, nodes, node_bw, topo.ib_tree_latency)
+    else:   # the cross-node call of each GPU carries its reduce-scattered shard, nbytes / g
+        bw = node_bw * topo.tree_bw_factor * tree_correction(topo.tree_correction, nbytes / g)
+        inter = tree_allreduce_time(nbytes, nodes, bw, topo.ib_tree_latency)
     return topo.call_latency + 2 * intra + inter
 
-# ---------------------------------------------------------------- presets (see docs/simulate.md)
+# ---------------------------------------------------------------- presets
 
 
 @dataclass(frozen=True)
@@ -161,34 +223,77 @@ class Preset:
     algorithm: str = "hierarchical_tree"
     eval_every: int = 4           # epochs between evaluations (MLPerf rule, Fujitsu v0.6 recipe)
     epoch_fixed_s: float = 0.0    # per-epoch loader restart etc.: no public figure, so 0 (explicit)
+    # which groups are reduced when --budget-bytes is not given: "budget" (yasgd's static grouping
+    # at DEFAULT_BUDGET) or "fujitsu_cubic" (fujitsu_cubic_groups)
+    grouping: str = "budget"
+    horovod_cycle_s: float = 0.0  # Horovod background-loop period (a ready group waits cycle/2)
+    fusion_copies: int = 0        # fusion-buffer copies per group (in + out), each reads and writes
+    nccl_channels: int = 0        # CTAs (one SM each) a running NCCL kernel holds; 0 = not modelled
+    sms: int = 0                  # streaming multiprocessors of the GPU
+    # published per-batch step-time percentiles of one GPU, (batch, mean, p50, p90) in ms: their
+    # spread is the per-iteration jitter whose maximum over N ranks the lock-step pays
+    latency_curve: Tuple[Tuple[int, float, float, float], ...] = ()
+    gpu_spread: float = 0.0       # GPU-to-GPU speed spread of one SKU (full width, fraction)
     note: str = ""
 
 
-# Latencies from NCCL's own cost model, src/graph/tuning.cc (NCCL 2.7, github.com/NVIDIA/nccl):
-# per-step hwLat Ring/LL128: NVLink 1.9 us, network 4.0 us; Tree/LL128 network 8.5 us per level;
-# baseLat Ring/LL128 10.0 us per call. LL128 is NCCL's default protocol on Volta/Hopper + NVLink.
+# NCCL's own cost model, src/graph/tuning.cc (NCCL 2.7, github.com/NVIDIA/nccl). LL128 per-step
+# latencies (NCCL's default protocol on Volta/Hopper + NVLink since 2.5): NVLink ring 1.9 us,
+# network ring 4.0 us, network tree 8.5 us per level, baseLat ring LL128 10.0 us per call.
 _NCCL_NVLINK_STEP = 1.9 * US
 _NCCL_NET_STEP = 4.0 * US
 _NCCL_NET_TREE_STEP = 8.5 * US
 _NCCL_CALL = 10.0 * US
+# Simple protocol, same table: the one ABCI ran in 2019. Fujitsu's MLPerf v0.6 submission (same
+# team, same system; Fujitsu/benchmarks/resnet/abci_2048xV100_mxnet/README.md) names NCCL v2.4.2,
+# which predates LL128 (NCCL 2.5), and sets NCCL_LL_THRESHOLD=1024 (JobScripts/parameters): every
+# gradient group above 1 KiB uses Simple. Simple: NVLink ring 3.4 us, network ring 9.6 us per
+# step, network tree 50 us per level ("the latency of a 256kB chunk"), baseLat ring 8.4 us.
+_NCCL_SIMPLE_NVLINK_STEP = 3.4 * US
+_NCCL_SIMPLE_NET_STEP = 9.6 * US
+_NCCL_SIMPLE_NET_TREE_STEP = 50.0 * US
+_NCCL_SIMPLE_CALL = 8.4 * US
+# Same file: "if (a == NCCL_ALGO_TREE) busBw = std::min(busBw*.9, maxTreeBw)", and the Simple row
+# of treeCorrectionFactor (64 B .. 128 MB per rank, powers of two).
+_NCCL_TREE_BW = 0.9
+_NCCL_TREE_CORRECTION_SIMPLE = (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .5, .5,
+                                .6, .6, .7, .8, .9)
+# NVIDIA DeepLearningExamples MxNet/Classification/RN50v1.5 README (mxnet-19.07 container),
+# inference on DGX-1 V100 16GB, mixed precision, 1 GPU: latency mean, 50 % and 90 % in ms by batch.
+_V100_LATENCY = ((1, 2.5, 2.5, 2.7), (2, 2.7, 2.6, 3.0), (4, 3.2, 3.0, 3.5), (8, 4.0, 3.9, 4.2),
+                 (16, 6.0, 5.9, 6.3), (32, 9.9, 9.8, 10.3), (64, 17.0, 17.0, 17.5),
+                 (128, 34.3, 33.8, 35.5), (192, 52.7, 52.4, 55.2), (256, 73.9, 72.8, 77.3))
+# Sinha et al., "Not All GPUs Are Created Equal: Characterizing Variability in Large-Scale,
+# Accelerator-Rich Systems", SC'22 (arXiv 2208.11035 v3 abstract): 8 % average performance
+# variation (max 22 %) across GPUs of one SKU on V100 clusters (Summit, Vortex, Longhorn).
+_GPU_SPREAD = 0.08
 
 PRESETS: Dict[str, Preset] = {
     "abci2019": Preset(
         topo=Topology(
             gpus_per_node=4,                 # ABCI node (2018-): 4x Tesla V100 SXM2 (paper.md)
             nvlink_bw=150 * GB,              # V100 SXM2 datasheet: NVLink 300 GB/s, both directions
-            nvlink_latency=_NCCL_NVLINK_STEP,
+            nvlink_latency=_NCCL_SIMPLE_NVLINK_STEP,
             hca_bw=12.5 * GB,                # InfiniBand EDR 100 Gb/s (Mellanox ConnectX-4/5 brief)
             hcas_per_node=2,                 # ABCI node: 2x InfiniBand EDR HCAs (paper.md)
-            ib_latency=_NCCL_NET_STEP, ib_tree_latency=_NCCL_NET_TREE_STEP,
-            call_latency=_NCCL_CALL),
+            ib_latency=_NCCL_SIMPLE_NET_STEP, ib_tree_latency=_NCCL_SIMPLE_NET_TREE_STEP,
+            call_latency=_NCCL_SIMPLE_CALL,
+            tree_bw_factor=_NCCL_TREE_BW, tree_correction=_NCCL_TREE_CORRECTION_SIMPLE),
         # NVIDIA DeepLearningExamples MxNet/Classification/RN50v1.5 README, mxnet-19.07 container,
         # DGX-1 V100 16GB, 1 GPU, mixed precision, batch 192: 1,427 img/s (training, data included).
         images_per_gpu_s=1427.0, ref_batch=192,
         # Same README, inference V100 16GB mixed precision img/s by batch (small-batch efficiency).
         infer_curve=((1, 397), (2, 732), (4, 1269), (8, 2012), (16, 2667), (32, 3240),
                      (64, 3776), (128, 3734), (192, 3641)),
-        hbm_bw=900 * GB),                    # V100 SXM2 datasheet: HBM2 900 GB/s
+        hbm_bw=900 * GB,                     # V100 SXM2 datasheet: HBM2 900 GB/s
+        # Fujitsu MLPerf v0.6 Horovod (3rdparty/horovod/horovod/common/operations.cc): the cubic
+        # groups; HOROVOD_CYCLE_TIME=0.2 (ms, JobScripts/parameters); each group is packed into and
+        # unpacked from the fusion buffer by batched_d2d_memcpy (horovod.patch): 2 copies.
+        grouping="fujitsu_cubic", horovod_cycle_s=0.2e-3, fusion_copies=2,
+        # NCCL_MIN_NRINGS=4 (JobScripts/parameters): at least 4 channels, one CTA each, while a
+        # collective runs; V100 has 80 SMs (NVIDIA Tesla V100 datasheet / Volta whitepaper).
+        nccl_channels=4, sms=80,
+        latency_curve=_V100_LATENCY, gpu_spread=_GPU_SPREAD),
     "abci3": Preset(
         topo=Topology(
             gpus_per_node=8,                 # ABCI 3.0: 8x H200 SXM per node (Takano et al. 2024)
@@ -197,7 +302,7 @@ PRESETS: Dict[str, Preset] = {
             hca_bw=25 * GB,                  # InfiniBand NDR200: 200 Gb/s per HCA (ConnectX-7)
             hcas_per_node=8,                 # ABCI 3.0: 8x NDR200 per node (same paper)
             ib_latency=_NCCL_NET_STEP, ib_tree_latency=_NCCL_NET_TREE_STEP,
-            call_latency=_NCCL_CALL),
+            call_latency=_NCCL_CALL, tree_bw_factor=_NCCL_TREE_BW),
         # No public MXNet ResNet-50 training figure exists for H200: the nearest published one is
         # DeepLearningExamples RN50v1.5 MXNet, mxnet-20.12, DGX A100 80GB, 1 GPU, mixed, batch 256:
         # 2,180 img/s. Used as a stated floor; pass --images-per-gpu-s to override.
@@ -205,6 +310,14 @@ PRESETS: Dict[str, Preset] = {
         infer_curve=((1, 463), (2, 880), (4, 1668), (8, 2522), (16, 3704), (32, 2964),
                      (64, 4547), (128, 5530), (192, 6198), (256, 6120)),   # same README, A100
         hbm_bw=4800 * GB,                    # H200 datasheet: HBM3e 4.8 TB/s
+        # yasgd's own static groups on stock Horovod 0.28: default cycle 1 ms since Horovod 0.21.0
+        # ("Changed default cycle time from 5ms to 1ms", #2468), batched fusion copies (#2435).
+        horovod_cycle_s=1e-3, fusion_copies=2,
+        # Placeholders, stated: no public H200 step-time percentiles (the A100 table in the same
+        # README is loader-bound: b=32 slower than b=16, p90 30-40 % above p50), so the V100 jitter;
+        # the SC'22 spread was measured on V100 and MI60 clusters, not H200. NCCL channels: no
+        # public figure for this system, not modelled.
+        latency_curve=_V100_LATENCY, gpu_spread=_GPU_SPREAD,
         note="per-GPU compute: A100's published figure, no public H200 MXNet number"),
 }
 
@@ -234,39 +347,145 @@ def per_gpu_throughput(preset: Preset, per_gpu_batch: int) -> float:
         return env[-1][1]
     return preset.images_per_gpu_s * min(1.0, at(per_gpu_batch) / at(preset.ref_batch))
 
+# ---------------------------------------------------------------- lock-step (stragglers)
+
+_Z90 = 1.2815515655446004        # standard normal 90 % quantile
+
+
+def _phi(x: float) -> float:
+    return math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+
+
+def _Phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2)))
+
+
+def lockstep_factor(n: int, cv: float, spread: float) -> float:
+    """L(n) = 1 + E[max over n ranks of (U + G)]: the slowest rank's step time over the mean one's.
+    U ~ uniform(-spread/2, spread/2) (fixed speed of each GPU), G ~ normal(0, cv) (per-iteration
+    jitter), both relative. Closed forms: spread = 0 -> 1 + cv z(n), z = E[max of n standard
+    normals] (z(2) = 1/sqrt(pi)); cv = 0 -> 1 + spread/2 (n-1)/(n+1). 1 for n <= 1."""
+    if n <= 1 or (cv <= 0 and spread <= 0):
+        return 1.0
+    if cv <= 0:
+        return 1.0 + spread / 2 * (n - 1) / (n + 1)
+    return 1.0 + _lockstep_excess(n, float(cv), float(spread))
+
+
+_EXCESS_CACHE: Dict[Tuple[int, float, float], float] = {}
+
+
+def _lockstep_excess(n: int, cv: float, spread: float) -> float:
+    key = (n, cv, spread)
+    if key not in _EXCESS_CACHE:
+        a = spread / 2
+        if a <= 1e-6 * cv:   # the uniform term is negligible (and its closed form cancels badly)
+            cdf = lambda x: _Phi(x / cv)                                    # noqa: E731
+        else:   # uniform(-a, a) + normal(0, cv): F(x) = cv/(2a) [psi((x+a)/cv) - psi((x-a)/cv)]
+            psi = lambda t: t * _Phi(t) + _phi(t)                           # noqa: E731
+            cdf = lambda x: cv / (2 * a) * (psi((x + a) / cv) - psi((x - a) / cv))  # noqa: E731
+        lo, hi = -(a + 9 * cv), a + 9 * cv
+        # E[max] = int_0^hi (1 - F^n) dx - int_lo^0 F^n dx, computed on each side separately
+        _EXCESS_CACHE[key] = (_integrate(lambda x: 1.0 - cdf(x) ** n, 0.0, hi)
+                              - _integrate(lambda x: cdf(x) ** n, lo, 0.0))
+    return _EXCESS_CACHE[key]
+
+
+def _integrate(f, lo: float, hi: float, steps: int = 4000) -> float:
+    """Simpson's rule on [lo, hi] (steps even)."""
+    h = (hi - lo) / steps
+    total = f(lo) + f(hi)
+    for i in range(1, steps):
+        total += (4 if i % 2 else 2) * f(lo + i * h)
+    return total * h / 3
+
+
+def step_cv(preset: Preset, per_gpu_batch: int) -> float:
+    """Relative step-time jitter of one GPU at this batch: (p90 - p50) / (z_0.9 mean) of the
+    preset's published latency percentiles (a normal body; linear in batch between the published
+    batches, clamped at the ends). The training step is assumed to jitter by the same fraction
+    as the published inference step at the same batch. 0 without a table."""
+    pts = [(b, (p90 - p50) / (_Z90 * mean)) for b, mean, p50, p90 in preset.latency_curve]
+    if not pts:
+        return 0.0
+    if per_gpu_batch <= pts[0][0]:
+        return pts[0][1]
+    for (b0, c0), (b1, c1) in zip(pts, pts[1:]):
+        if per_gpu_batch <= b1:
+            return c0 + (c1 - c0) * (per_gpu_batch - b0) / (b1 - b0)
+    return pts[-1][1]
+
 # ---------------------------------------------------------------- the iteration model
 
 
+def _time_at_work(t0: float, work: float, busy: Sequence[Tuple[float, float]],
+                  slow: float) -> float:
+    """When backward, started at t0, has done ``work`` seconds of full-speed work, if it runs at
+    rate 1 - slow during the (sorted, disjoint) intervals ``busy`` and at rate 1 otherwise."""
+    t, w = t0, 0.0
+    for s, e in busy:
+        if e <= t:
+            continue
+        if s > t:                                # free segment [t, s)
+            if w + (s - t) >= work:
+                return t + (work - w)
+            w, t = w + (s - t), s
+        rate = 1.0 - slow                        # shared segment [t, e)
+        if w + (e - t) * rate >= work:
+            return t + (work - w) / rate
+        w, t = w + (e - t) * rate, e
+    return t + (work - w)
+
+
 def iteration(*, gpus: int, per_gpu_batch: int, images_per_gpu_s: float, topo: Topology,
-              algorithm: str, budget_bytes: int, grad_bytes: int, update_s: float) -> Dict:
-    """One synchronous step: timeline of backward, grouped allreduces and the update (seconds)."""
+              algorithm: str, budget_bytes: int, grad_bytes: int, update_s: float,
+              groups: Optional[Sequence[Tuple[int, int]]] = None, lockstep: float = 1.0,
+              cycle_s: float = 0.0, copy_s_per_byte: float = 0.0, sm_share: float = 0.0) -> Dict:
+    """One synchronous step: timeline of backward, grouped allreduces and the update (seconds).
+    ``groups``: (backward index of the tensor that completes it, bytes) per collective, in order;
+    default: yasgd's budget grouping. ``lockstep``: L(N) (only applied on more than one GPU).
+    ``cycle_s``: Horovod cycle; ``copy_s_per_byte``: fusion-buffer copy time per group byte;
+    ``sm_share``: fraction of the SMs a running collective takes from backward."""
     step = per_gpu_batch / images_per_gpu_s
-    compute = max(step - update_s, 0.0)
+    compute1 = max(step - update_s, 0.0)
+    compute = compute1 * (lockstep if gpus > 1 else 1.0)
     t_f, t_b = compute / 3.0, 2.0 * compute / 3.0
     tensors = backward_tensors()
     sizes = [n * grad_bytes for _, n, _ in tensors]
     total_macs = sum(m for _, _, m in tensors)
-    ready, acc = [], 0
+    work, acc = [], 0
     for _, _, m in tensors:
         acc += m
-        ready.append(t_f + t_b * acc / total_macs)
-    end, comm = t_f, 0.0
-    bounds = _group_bounds(sizes, budget_bytes)
-    for a, b in bounds:
-        cost = allreduce_time(sum(sizes[a:b]), gpus, topo, algorithm)
-        end = max(ready[b - 1], end) + cost
+        work.append(t_b * acc / total_macs)
+    if groups is None:
+        groups = [(b - 1, sum(sizes[a:b])) for a, b in _group_bounds(sizes, budget_bytes)]
+    end, comm, busy = t_f, 0.0, []
+    for last, nbytes in groups:
+        cost = allreduce_time(nbytes, gpus, topo, algorithm)
+        if cost <= 0:
+            continue
+        cost += copy_s_per_byte * nbytes
+        ready = _time_at_work(t_f, work[last], busy, sm_share)
+        start = end if ready <= end else ready + cycle_s / 2
+        end = start + cost
+        busy.append((start, end))
         comm += cost
-    it = max(t_f + t_b, end) + update_s
+    backward_end = _time_at_work(t_f, t_b, busy, sm_share)
+    last_end = max(backward_end, end)
+    it = last_end + update_s
     return {"iteration_s": it, "compute_s": t_f + t_b, "forward_s": t_f, "backward_s": t_b,
-            "update_s": update_s, "comm_s": comm, "exposed_comm_s": it - step,
-            "groups": len(bounds), "grad_bytes": sum(sizes)}
+            "update_s": update_s, "comm_s": comm, "exposed_comm_s": last_end - (t_f + t_b),
+            "straggler_s": compute - compute1, "sm_contention_s": backward_end - t_f - t_b,
+            "groups": len([g for g in groups if g[1] > 0]),
+            "grad_bytes": sum(nbytes for _, nbytes in groups)}
 
 
 def predict(*, preset: str = "abci2019", gpus: int = 2048, batch: int = 81920,
             epochs: float = 90, images_per_gpu_s: Optional[float] = None,
             budget_bytes: Optional[int] = None, algorithm: Optional[str] = None) -> Dict:
     """Iteration time, images/s, scaling efficiency (vs. N x one GPU at the same per-GPU batch)
-    and time to train ``epochs`` epochs of ImageNet-1k, as a dict."""
+    and time to train ``epochs`` epochs of ImageNet-1k, as a dict. Without ``budget_bytes`` the
+    preset's grouping is used; with it, yasgd's budget grouping at that budget."""
     p = get_preset(preset)
     if gpus < 1:
         raise UsageError(f"--gpus must be >= 1, got {gpus}")
@@ -279,25 +498,35 @@ def predict(*, preset: str = "abci2019", gpus: int = 2048, batch: int = 81920,
     if x <= 0:
         raise UsageError(f"--images-per-gpu-s must be > 0, got {x}")
     params = sum(n for _, n, _ in backward_tensors())
-    budget = DEFAULT_BUDGET if budget_bytes is None else budget_bytes
-    if budget <= 0:
-        raise UsageError(f"--budget-bytes must be > 0, got {budget}")
+    if budget_bytes is not None and budget_bytes <= 0:
+        raise UsageError(f"--budget-bytes must be > 0, got {budget_bytes}")
+    grouping = "budget" if budget_bytes is not None else p.grouping
+    budget = (budget_bytes or DEFAULT_BUDGET) if grouping == "budget" else None
+    groups = fujitsu_cubic_groups(p.grad_bytes) if grouping == "fujitsu_cubic" else None
+    cv = step_cv(p, b)
+    lock = lockstep_factor(gpus, cv, p.gpu_spread)
     kw = dict(per_gpu_batch=b, images_per_gpu_s=x, topo=p.topo,
-              algorithm=algorithm or p.algorithm, grad_bytes=p.grad_bytes, budget_bytes=budget,
-              update_s=params * p.update_bytes_per_param / p.hbm_bw)
-    it = iteration(gpus=gpus, **kw)
+              algorithm=algorithm or p.algorithm, grad_bytes=p.grad_bytes,
+              budget_bytes=budget or DEFAULT_BUDGET, groups=groups,
+              update_s=params * p.update_bytes_per_param / p.hbm_bw,
+              cycle_s=p.horovod_cycle_s, copy_s_per_byte=2.0 * p.fusion_copies / p.hbm_bw,
+              sm_share=p.nccl_channels / p.sms if p.sms else 0.0)
+    it = iteration(gpus=gpus, lockstep=lock, **kw)
     one = iteration(gpus=1, **kw)
     ips = batch / it["iteration_s"]
     steps_per_epoch = math.ceil(IMAGENET_TRAIN / batch)      # the loader pads the last batch
     evals = math.floor(epochs / p.eval_every) if p.eval_every else 0
-    n_val = math.ceil(IMAGENET_VAL / gpus)           # evaluation: forward only, C/3 per image
-    eval_s = n_val / (3 * per_gpu_throughput(p, n_val)) * per_gpu_throughput(p, b) / x \
+    n_val = math.ceil(IMAGENET_VAL / gpus)           # evaluation: forward only, C/3 per image,
+    eval_s = n_val / (3 * per_gpu_throughput(p, n_val)) * per_gpu_throughput(p, b) / x * lock \
         + allreduce_time(8, gpus, p.topo, "hierarchical_tree")   # + reducing the correct count
     train_s = epochs * steps_per_epoch * it["iteration_s"]
     fixed_s = evals * eval_s + math.ceil(epochs) * p.epoch_fixed_s
     return dict(preset=preset, gpus=gpus, nodes=math.ceil(gpus / p.topo.gpus_per_node),
                 batch=batch, per_gpu_batch=b, epochs=epochs, algorithm=kw["algorithm"],
-                budget_bytes=kw["budget_bytes"], images_per_gpu_s_compute=x, **it,
+                grouping=grouping, budget_bytes=budget, images_per_gpu_s_compute=x, **it,
+                lockstep=lock, step_cv=cv, gpu_spread=p.gpu_spread,
+                horovod_cycle_s=p.horovod_cycle_s, fusion_copies=p.fusion_copies,
+                nccl_channels=p.nccl_channels, sms=p.sms,
                 images_per_s=ips, images_per_s_per_gpu=ips / gpus,
                 efficiency=ips / (gpus * b / one["iteration_s"]),
                 steps_per_epoch=steps_per_epoch, evals=evals, eval_s=eval_s,

@@ -44,7 +44,8 @@ def sweeps(*, preset: str, gpus: int, batch: int, epochs: float,
     return {"gpu_counts": GPU_SWEEP, "budgets": BUDGET_SWEEP, "per_gpu_batch": b, **out}
 
 
-def plot_png(path: str, sw: Dict, *, preset: str, gpus: int, budget: int) -> None:
+def plot_png(path: str, sw: Dict, *, preset: str, gpus: int, budget: Optional[int]) -> None:
+    """``budget``: the group budget of the GPU sweep, None where it uses the preset's groups."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -53,12 +54,14 @@ def plot_png(path: str, sw: Dict, *, preset: str, gpus: int, budget: int) -> Non
         a.plot(sw["gpu_counts"], sw["gpus"][alg], marker="o", ms=3, label=alg)
         c.plot(sw["budgets"], sw["budget"][alg], marker="o", ms=3, label=alg)
     a.set(xscale="log", xlabel="GPUs", ylabel="scaling efficiency", ylim=(0, 1.05),
-          title=f"{preset}: {sw['per_gpu_batch']} images/GPU, budget {_bytes(budget)}")
+          title=f"{preset}: {sw['per_gpu_batch']} images/GPU, "
+          + (f"budget {_bytes(budget)}" if budget else "preset's groups"))
     a.set_xscale("log", base=2)
     c.set(xlabel="group budget (bytes)", ylim=(0, 1.05), title=f"{preset}: {gpus} GPUs")
     c.set_xscale("log", base=2)
     c.set_xticks(sw["budgets"][::2], [_bytes(x).replace(" ", "") for x in sw["budgets"][::2]])
-    c.axvline(budget, color="grey", ls=":", lw=1)
+    if budget:
+        c.axvline(budget, color="grey", ls=":", lw=1)
     for ax in (a, c):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -75,6 +78,15 @@ def report(*, preset: str, gpus: int, batch: int, epochs: float,
     head = sim.predict(**kw)
     rows = {alg: sim.predict(algorithm=alg, **kw) for alg in sim.ALGORITHMS}
     t = head["topology"]
+    if head["grouping"] == "fujitsu_cubic":
+        grouping = (f"Fujitsu's cubic groups + fp32 BN tail (Horovod, MLPerf v0.6) -> "
+                    f"{head['groups']} collectives")
+    else:
+        grouping = f"budget {_bytes(head['budget_bytes'])} -> {head['groups']} groups"
+    tree = f"tree {t['ib_tree_latency'] * 1e6:g} us/level"
+    if t["tree_bw_factor"] != 1.0 or t["tree_correction"]:
+        tree += f" x{t['tree_bw_factor']:g} bw" + (" x size correction" if t["tree_correction"]
+                                                   else "")
     lines = [
         f"yasgd simulate: ResNet-50 v1.5, {head['params']:,} parameters, "
         f"{head['grad_bytes'] / 1e6:.1f} MB of gradients per step; preset {preset}"
@@ -82,13 +94,16 @@ def report(*, preset: str, gpus: int, batch: int, epochs: float,
         f"topology: {head['nodes']} node(s) x {t['gpus_per_node']} GPUs; NVLink "
         f"{t['nvlink_bw'] / 1e9:g} GB/s/GPU, {t['nvlink_latency'] * 1e6:g} us/step; IB "
         f"{t['hcas_per_node']} x {t['hca_bw'] / 1e9:g} GB/s/node, ring {t['ib_latency'] * 1e6:g} "
-        f"us/step, tree {t['ib_tree_latency'] * 1e6:g} us/level; "
-        f"{t['call_latency'] * 1e6:g} us/call",
+        f"us/step, {tree}; {t['call_latency'] * 1e6:g} us/call",
         f"per GPU: batch {head['per_gpu_batch']}, compute {head['images_per_gpu_s_compute']:,.0f} "
-        f"img/s (forward {head['forward_s'] * 1e3:.2f} ms, "
-        f"backward {head['backward_s'] * 1e3:.2f} ms,"
-        f" update {head['update_s'] * 1e3:.2f} ms); budget {_bytes(head['budget_bytes'])} -> "
-        f"{head['groups']} groups",
+        f"img/s alone (at lock-step: forward {head['forward_s'] * 1e3:.2f} ms, "
+        f"backward {head['backward_s'] * 1e3:.2f} ms;"
+        f" update {head['update_s'] * 1e3:.2f} ms); {grouping}",
+        f"lock-step over {gpus} GPUs: compute x{head['lockstep']:.3f} (step-time jitter "
+        f"{head['step_cv']:.1%}, GPU spread {head['gpu_spread']:.0%}); Horovod cycle "
+        f"{head['horovod_cycle_s'] * 1e3:g} ms, {head['fusion_copies']} fusion copies/group; NCCL "
+        + (f"{head['nccl_channels']} channels of {head['sms']} SMs" if head["sms"]
+           else "SM share not modelled"),
         "",
         f"{'algorithm':<20}{'iter ms':>9}{'comm ms':>9}{'exposed':>9}{'images/s':>12}"
         f"{'img/s/GPU':>11}{'effic.':>8}{'time to train':>15}",

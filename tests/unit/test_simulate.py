@@ -1,6 +1,8 @@
 """Closed forms of the scaling model (yasgd/simulate.py).
 
 Tolerances: closed forms are float arithmetic on the same expression, so relative 1e-12;
+the lock-step factor is a numerical integral (Simpson, 4,000 steps), checked against its closed
+forms to 1e-9 (normal jitter) and 1e-6 (one term vanishing in the convolution), z(2048) to 1e-3;
 "never shorter than compute" allows 1e-15 s of rounding; "non-increasing-ish" efficiency
 allows a rise of at most 1e-3 between consecutive GPU counts (a node-count change can shift
 a group's start by a few microseconds); the MAC count is checked to 1 %.
@@ -91,11 +93,33 @@ def test_hierarchical_is_reduce_scatter_inter_allgather():
     rs = (g - 1) / g * s / topo.nvlink_bw + (g - 1) * topo.nvlink_latency
     node_bw = topo.hca_bw * topo.hcas_per_node
     ring = 2 * (nodes - 1) / nodes * s / node_bw + 2 * (nodes - 1) * topo.ib_latency
-    tree = 2 * (nodes - 1) / nodes * s / node_bw + 2 * 9 * topo.ib_tree_latency
+    # tree: NCCL's tree bandwidth factor (.9) and its size correction for the per-GPU shard:
+    # 1 MB per GPU -> log2i(1e6 >> 6) = 13 -> the Simple row's .5
+    tree_bw = node_bw * topo.tree_bw_factor * topo.tree_correction[13]
+    assert topo.tree_bw_factor == 0.9 and topo.tree_correction[13] == 0.5
+    tree = 2 * (nodes - 1) / nodes * s / tree_bw + 2 * 9 * topo.ib_tree_latency
     assert sim.allreduce_time(s, 2048, topo, "hierarchical") == pytest.approx(
         topo.call_latency + 2 * rs + ring, rel=1e-12)
     assert sim.allreduce_time(s, 2048, topo, "hierarchical_tree") == pytest.approx(
         topo.call_latency + 2 * rs + tree, rel=1e-12)
+    # without the NCCL refinements the tree is the plain halving-doubling form
+    plain = sim.Topology(**{**topo.__dict__, "tree_bw_factor": 1.0, "tree_correction": ()})
+    assert sim.allreduce_time(s, 2048, plain, "hierarchical_tree") == pytest.approx(
+        topo.call_latency + 2 * rs + 2 * (nodes - 1) / nodes * s / node_bw
+        + 2 * 9 * topo.ib_tree_latency, rel=1e-12)
+
+
+def test_tree_correction_lookup():
+    table = sim.PRESETS["abci2019"].topo.tree_correction
+    assert len(table) == 22                                       # 64 B .. 128 MB
+    assert sim.tree_correction(table, 0) == table[0] == 0.9
+    assert sim.tree_correction(table, 64) == table[0]             # 64 >> 6 = 1 -> index 0
+    assert sim.tree_correction(table, 127) == table[0]
+    assert sim.tree_correction(table, 128) == table[1]
+    assert sim.tree_correction(table, 1 << 20) == table[14] == 0.5   # 1 MiB >> 6 = 2^14
+    assert sim.tree_correction(table, (1 << 27) + 1) == table[21] == 0.9
+    assert sim.tree_correction(table, 1 << 28) == 1.0             # past the table
+    assert sim.tree_correction((), 1 << 20) == 1.0
 
 
 def test_one_gpu_has_no_communication():
@@ -175,3 +199,102 @@ def test_report_writes_table_json_and_png(tmp_path):
     assert len(d["sweeps"]["gpus"]["ring"]) == 13 and d["sweeps"]["gpu_counts"][-1] == 4096
     assert d["sweeps"]["budgets"][0] == 64 << 10 and d["sweeps"]["budgets"][-1] == 256 << 20
     assert (tmp_path / "sim.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fujitsu_cubic_groups():
+    assert sim.fujitsu_cubic_bounds() == [(158, 161), (137, 158), (80, 137), (0, 80)]
+    assert [e - b for b, e in sim.fujitsu_cubic_bounds()] == [3, 21, 57, 80]
+    assert sim.fujitsu_cubic_bounds(10, 1) == [(9, 10), (2, 9), (0, 2)]
+    t = sim.backward_tensors()
+    bn = [n for name, n, _ in t if sim.is_batchnorm(name)]
+    assert len(bn) == 106 and sim.is_batchnorm("stage2.0.down_bn[1]") and sim.is_batchnorm("bn1[0]")
+    assert not sim.is_batchnorm("stage2.0.down[0]") and not sim.is_batchnorm("fc[1]")
+    groups = sim.fujitsu_cubic_groups(grad_bytes=2, fp32_bytes=4)
+    assert len(groups) == 5
+    # every byte once: fp16 for weights, fp32 for BN, the fp32 collective last
+    total = sum(n for _, n, _ in t)
+    assert sum(b for _, b in groups) == 2 * (total - sum(bn)) + 4 * sum(bn)
+    assert groups[-1] == (len(t) - 1, 4 * sum(bn))
+    assert groups[0] == (2, 2 * (2048 * 1000 + 1000))             # fc weight + bias (its bn3 beta
+    lasts = [i for i, _ in groups]                                 # is fp32) completes at index 2
+    assert lasts == sorted(lasts)
+
+
+def test_lockstep_closed_forms():
+    for cv, spread in ((0.05, 0.0), (0.0, 0.08), (0.03, 0.08)):
+        assert sim.lockstep_factor(1, cv, spread) == 1.0
+    assert sim.lockstep_factor(2048, 0.0, 0.0) == 1.0
+    # normal jitter only: E[max of 2 standard normals] = 1/sqrt(pi); z(2048) ~ 3.44
+    assert sim.lockstep_factor(2, 0.05, 0.0) == pytest.approx(1 + 0.05 / math.sqrt(math.pi),
+                                                              rel=1e-9)
+    assert sim.lockstep_factor(2048, 1.0, 0.0) - 1 == pytest.approx(3.4418, abs=1e-3)
+    # uniform spread only: E[max of n uniforms on (-s/2, s/2)] = s/2 (n-1)/(n+1)
+    for n in (2, 3, 64, 2048):
+        assert sim.lockstep_factor(n, 0.0, 0.08) == pytest.approx(1 + 0.04 * (n - 1) / (n + 1),
+                                                                  rel=1e-12)
+    # both: the convolution tends to each closed form as the other term vanishes
+    assert sim.lockstep_factor(64, 1e-7, 0.08) == pytest.approx(1 + 0.04 * 63 / 65, rel=1e-6)
+    assert sim.lockstep_factor(64, 0.05, 1e-9) == pytest.approx(sim.lockstep_factor(64, 0.05, 0),
+                                                                rel=1e-6)
+    # and lies between the larger single term and their sum; grows with n
+    both = sim.lockstep_factor(2048, 0.03, 0.08) - 1
+    alone = (sim.lockstep_factor(2048, 0.03, 0) - 1, sim.lockstep_factor(2048, 0, 0.08) - 1)
+    assert max(alone) < both < sum(alone)
+    f = [sim.lockstep_factor(n, 0.03, 0.08) for n in (2, 4, 16, 256, 2048, 4096)]
+    assert f == sorted(f) and len(set(f)) == len(f)
+
+
+def test_step_cv_from_published_percentiles():
+    p = sim.PRESETS["abci2019"]
+    # batch 32: mean 9.9, p50 9.8, p90 10.3 ms; batch 64: 17.0, 17.0, 17.5
+    cv32 = (10.3 - 9.8) / (1.2815515655446004 * 9.9)
+    cv64 = (17.5 - 17.0) / (1.2815515655446004 * 17.0)
+    assert sim.step_cv(p, 32) == pytest.approx(cv32, rel=1e-12)
+    assert sim.step_cv(p, 40) == pytest.approx(cv32 + (cv64 - cv32) * 8 / 32, rel=1e-12)
+    assert sim.step_cv(p, 1000) == sim.step_cv(p, 256)            # clamped
+    assert sim.step_cv(sim.Preset(**{**p.__dict__, "latency_curve": ()}), 40) == 0.0
+
+
+def test_backward_shares_sms_with_a_running_collective():
+    # free until 1, shared (half speed) 1..3, free again
+    assert sim._time_at_work(0.0, 0.5, [(1.0, 3.0)], 0.5) == pytest.approx(0.5, rel=1e-12)
+    assert sim._time_at_work(0.0, 1.5, [(1.0, 3.0)], 0.5) == pytest.approx(2.0, rel=1e-12)
+    assert sim._time_at_work(0.0, 2.5, [(1.0, 3.0)], 0.5) == pytest.approx(3.5, rel=1e-12)
+    assert sim._time_at_work(0.0, 2.5, [(1.0, 3.0)], 0.0) == pytest.approx(2.5, rel=1e-12)
+    assert sim._time_at_work(5.0, 1.0, [(1.0, 3.0)], 0.5) == pytest.approx(6.0, rel=1e-12)
+
+
+def test_horovod_cycle_and_fusion_copies_closed_form():
+    # one collective of fixed cost c, ready when backward ends, comm idle: it waits cycle/2,
+    # then costs c + the fusion copies; backward is already over, so no SM sharing
+    c = 1e-3
+    topo = sim.Topology(gpus_per_node=4, nvlink_bw=math.inf, nvlink_latency=0.0,
+                        hca_bw=math.inf, hcas_per_node=2, ib_latency=0.0, ib_tree_latency=0.0,
+                        call_latency=c)
+    kw = dict(per_gpu_batch=40, images_per_gpu_s=1300.0, grad_bytes=2, update_s=6e-4,
+              topo=topo, algorithm="hierarchical_tree", budget_bytes=4 << 20)
+    nbytes, cycle, copy = 51_000_000, 0.2e-3, 4 / 900e9
+    r = sim.iteration(gpus=2048, groups=[(160, nbytes)], cycle_s=cycle, copy_s_per_byte=copy,
+                      sm_share=0.05, lockstep=1.1, **kw)
+    compute = (40 / 1300.0 - 6e-4) * 1.1
+    assert r["compute_s"] == pytest.approx(compute, rel=1e-12)
+    assert r["iteration_s"] == pytest.approx(compute + cycle / 2 + c + copy * nbytes + 6e-4,
+                                             rel=1e-12)
+    # a group that is ready while the previous one still runs starts right after it
+    r2 = sim.iteration(gpus=2048, groups=[(160, nbytes), (160, nbytes)], cycle_s=cycle,
+                       copy_s_per_byte=copy, lockstep=1.1, **kw)
+    assert r2["iteration_s"] - r["iteration_s"] == pytest.approx(c + copy * nbytes, rel=1e-9)
+
+
+def test_preset_grouping_and_stragglers():
+    head = sim.predict(preset="abci2019")
+    assert head["grouping"] == "fujitsu_cubic" and head["groups"] == 5
+    assert head["budget_bytes"] is None
+    r = sim.predict(preset="abci2019", budget_bytes=4 << 20)
+    assert r["grouping"] == "budget" and r["groups"] == 15
+    assert sim.predict(preset="abci3")["grouping"] == "budget"
+    # lock-step: slower than one GPU even where communication hides completely
+    assert head["lockstep"] > 1 and head["straggler_s"] > 0
+    assert head["compute_s"] == pytest.approx(
+        (40 / head["images_per_gpu_s_compute"] - head["update_s"]) * head["lockstep"], rel=1e-12)
+    assert head["iteration_s"] >= head["compute_s"] + head["update_s"]
