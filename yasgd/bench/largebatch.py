@@ -391,6 +391,19 @@ def _status(r: Dict[str, object]) -> str:
     return ""
 
 
+def _relative_paths(obj, out_dir: str):
+    """``obj`` with every absolute path under ``out_dir`` made relative to it (the JSON is
+    committed as an example: no paths of the machine it ran on)."""
+    root = os.path.abspath(out_dir) + os.sep
+    if isinstance(obj, str):
+        return obj.replace(root, "")
+    if isinstance(obj, list):
+        return [_relative_paths(x, out_dir) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _relative_paths(v, out_dir) for k, v in obj.items()}
+    return obj
+
+
 def report(results: List[Dict[str, object]], scale: Scale, out_dir: str, quick: bool,
            hw: Dict[str, object], cal: Dict[str, object], est: float,
            est_full: Optional[float], wall: float, partial: Optional[tuple]) -> dict:
@@ -508,7 +521,7 @@ def report(results: List[Dict[str, object]], scale: Scale, out_dir: str, quick: 
              "estimate_s": round(est, 1), "estimate_full_s": None if est_full is None else round(est_full, 1),
              "wall_s": round(wall, 1), "budget_s": BUDGET_S, "omp_num_threads": OMP_THREADS,
              "baseline_top1": base_acc, "summary": summary}
-    records = [dict(r) for r in results]
+    records = [_relative_paths(dict(r), out_dir) for r in results]
     paths = common.write_results(
         out_dir, NAME, records, table, notes=notes,
         title="Large-batch training in miniature: SGD vs yasgd's recipe (yasgd bench largebatch)",
