@@ -201,12 +201,13 @@ def _apply(cfg: Config, section: str, key: str, value: Any) -> None:
     hints = get_type_hints(type(sub))
     if key not in hints:
         raise UsageError(f"unknown config key {section}.{key} (known in {section}: {', '.join(hints)})")
-    if (section, key) == ("train", "hybridize") and isinstance(value, bool):
-        value = "true" if value else "false"       # YAML's true/false for a tri-state key
-    value = _coerce(section, key, hints[key], value)
-    if (section, key) == ("train", "hybridize"):
-        value = value.lower()
     choices = CHOICES.get((section, key))
+    if choices and "true" in choices and "false" in choices:   # a tri-state key (auto|true|false)
+        if isinstance(value, bool):
+            value = "true" if value else "false"                # YAML's true/false
+        elif isinstance(value, str):
+            value = value.lower()
+    value = _coerce(section, key, hints[key], value)
     if choices and value not in choices:
         raise UsageError(f"config key {section}.{key} must be one of {', '.join(choices)}, got {value!r}")
     setattr(sub, key, value)

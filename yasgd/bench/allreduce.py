@@ -113,7 +113,7 @@ def worker(setting: str, repeats: int, warmup: int, result: str) -> None:
     times = common.interleaved_times(fns, repeats=repeats, warmup=warmup, before=comm.Barrier)
     out = common.slowest_rank_ms(comm, times, digits=3)   # the slower rank's time per round
     if out is not None:
-        hv_env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("HOROVOD_")}
+        hv_env = common.env_subset(os.environ, ("HOROVOD_",))
         common.write_json(result, {
             "setting": setting, "size": size, "tensors": len(grads), "floats": floats,
             "bytes": nbytes, "horovod_env": hv_env,

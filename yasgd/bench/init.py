@@ -72,7 +72,7 @@ def worker(repeats: int, warmup: int, result: str) -> None:
             "floats": int(sum(p.data().size for p in allp)),
             "trainable_floats": int(sum(p.data().size for p in allp if p.grad_req != "null")),
             "identical": identical, "times": out,
-            "horovod_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("HOROVOD_")}})
+            "horovod_env": common.env_subset(os.environ, ("HOROVOD_",))})
     comm.Barrier()
 
 

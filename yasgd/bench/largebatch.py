@@ -592,15 +592,9 @@ def _plot_accuracy(results, base_acc, batches, out_dir, quick) -> Optional[str]:
         lo = min(accs)
         top = max(accs + ([100 * base_acc] if base_acc else []))
         ax.set_ylim(max(0.0, min(lo, top - 15) - 2), min(100.0, top + 2))
-    ax.set_title("Fashion-MNIST, same epoch budget: final test accuracy against batch size"
-                 + (" (--quick)" if quick else ""), fontsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    path = os.path.join(out_dir, f"bench_{NAME}_accuracy.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, "Fashion-MNIST, same epoch budget: final test accuracy "
+                   "against batch size", quick, "lower left",
+                   os.path.join(out_dir, f"bench_{NAME}_accuracy.png"))
 
 
 def _plot_epochs(results, out_dir, quick, batch: int = 8192) -> Optional[str]:
@@ -629,12 +623,16 @@ def _plot_epochs(results, out_dir, quick, batch: int = 8192) -> Optional[str]:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title(f"Test accuracy per epoch at batch {batch // 1024}K"
-                 + (" (--quick)" if quick else ""), fontsize=9)
+    return _finish(plt, fig, ax, f"Test accuracy per epoch at batch {batch // 1024}K", quick,
+                   "lower right", os.path.join(out_dir, f"bench_{NAME}_epochs_{batch // 1024}k.png"))
+
+
+def _finish(plt, fig, ax, title: str, quick: bool, legend_loc: str, path: str) -> str:
+    """Title, grid and legend of a bench plot; save it to ``path`` and return the path."""
+    ax.set_title(title + (" (--quick)" if quick else ""), fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc=legend_loc)
     fig.tight_layout()
-    path = os.path.join(out_dir, f"bench_{NAME}_epochs_{batch // 1024}k.png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

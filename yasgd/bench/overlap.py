@@ -100,8 +100,7 @@ def worker(repeats: int, warmup: int, result: str, image: int, batch: int) -> No
         common.write_json(result, {
             "size": world.size, "groups": len(grouped.groups), "image": image, "batch": batch,
             "ops_backend": ops.backend(),
-            "horovod_env": {k: v for k, v in sorted(os.environ.items())
-                            if k.startswith("HOROVOD_")},
+            "horovod_env": common.env_subset(os.environ, ("HOROVOD_",)),
             "times": out})
     comm.Barrier()
 

@@ -176,8 +176,7 @@ def worker(mode: str, batch: int, repeats: int, warmup: int, result: str, quick:
     world = dist.world(force_horovod=(mode != "bf16"))
     out: Dict[str, object] = {"mode": mode, "size": world.size, "batch": batch,
                               "ops_backend": ops.backend(),
-                              "horovod_env": {k: v for k, v in sorted(os.environ.items())
-                                              if k.startswith("HOROVOD_")},
+                              "horovod_env": common.env_subset(os.environ, ("HOROVOD_",)),
                               "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
     if mode == "bf16":
         out.update(_bf16(batch, repeats, warmup, world, quick))
