@@ -413,13 +413,24 @@ def launch_ranks(module: str, args: Sequence[str], env: Dict[str, str], np_: int
 
 
 def run_process(module: str, args: Sequence[str], env: Dict[str, str],
-                timeout: float = 600.0) -> None:
-    """Run ``python -m module --worker ARGS`` as one process (its own OMP settings)."""
+                timeout: float = 600.0, log: Optional[str] = None) -> None:
+    """Run ``python -m module --worker ARGS`` as one process (its own OMP settings).
+    ``log``: a file that takes the process's stdout and stderr (for processes that run
+    side by side); its last lines are in the error when the process fails."""
     cmd = [sys.executable, "-m", module, "--worker"] + list(args)
-    proc = subprocess.run(cmd, env=env, cwd=REPO_ROOT, timeout=timeout)
+    if log is None:
+        proc = subprocess.run(cmd, env=env, cwd=REPO_ROOT, timeout=timeout)
+    else:
+        with open(log, "w") as f:
+            proc = subprocess.run(cmd, env=env, cwd=REPO_ROOT, timeout=timeout, stdout=f,
+                                  stderr=subprocess.STDOUT)
     if proc.returncode != 0:
+        tail = ""
+        if log is not None:
+            with open(log, errors="replace") as f:
+                tail = "; last lines of " + log + ":\n" + "".join(f.readlines()[-8:])
         raise RuntimeError(f"{module} failed with exit status {proc.returncode} "
-                           f"({' '.join(cmd)})")
+                           f"({' '.join(cmd)}){tail}")
 
 
 def read_json(path: str) -> Dict[str, object]:
