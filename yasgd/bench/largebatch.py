@@ -15,7 +15,7 @@ warm-up, then polynomial decay to 0):
 Every grid point is a real training run of the real code (``yasgd.config.load(None,
 overrides)`` -> ``yasgd.train.build`` -> ``yasgd.train.fit``), one process per run,
 ``--jobs`` runs side by side (default 2, OMP_NUM_THREADS = cores / jobs each: on this
-2-core machine two 1-thread runs train 1.7x the images/s of one 2-thread run), evaluated
+2-core machine two 1-thread runs train 1.6x the images/s of one 2-thread run), evaluated
 on the full 10,000 test images after every epoch (``metrics.jsonl``, ``{"event": "eval",
 ...}``). Batches above 512 are accumulated from micro-batches of 512
 (``train.accumulate``): one process reaches 16K exactly as 32 workers x 512 would, BN
@@ -63,7 +63,7 @@ JOBS = 2                      # runs trained side by side (one process each)
 
 def threads_per_job(jobs: int) -> int:
     """OMP threads of each run when ``jobs`` run side by side on this machine's cores.
-    (Measured here: two 1-thread runs of the ResNet-8 train at about 1.7x the images/s of
+    (Measured here: two 1-thread runs of the ResNet-8 train at about 1.6x the images/s of
     one 2-thread run; the network is too small for 2 threads to pay.)"""
     return max(1, (os.cpu_count() or 2) // max(1, jobs))
 
@@ -92,12 +92,14 @@ class Scale:
 # Pilot runs at 8K (yasgd recipe, c = 8, 49,152 images, width 8; README "Large-batch training"):
 # 20 epochs (120 steps) with crop + flip 82.5 %, without augmentation 86.0 %; width 16 no faster
 # per step (79.9 % vs 78.9 % at epoch 12); 40 epochs (240 steps) without augmentation: power 2
-# 88.1 %, power 1 88.8 %, power 1 with 4 warm-up epochs instead of 8 89.4 %; the baseline
-# (batch 256, lr 0.4, same schedule) 91.4 %. Steps at a large batch are what the budget buys;
-# two 1-thread runs side by side buy 1.7x the steps of one 2-thread run.
+# 88.1 %, power 1 88.8 %, power 1 with 4 warm-up epochs instead of 8 89.4 % (c = 8 sqrt 2:
+# 89.6 %); the baseline (batch 256, lr 0.4, 8 warm-up epochs) 91.4 %. Steps at a large batch are
+# what the budget buys; two 1-thread runs side by side buy 1.6x the steps of one 2-thread run.
+# The LARS grid is c = 4 sqrt 2, 8 sqrt 2 (lr 8 and 16 at 8K).
 FULL = Scale(batches=(1024, 4096, 8192, 16384), epochs=40, limit=49152, width=8,
              warmup_epochs=4.0, polish_epochs=0, baseline_lrs=(0.4,),
-             sgd_base_lrs=(0.025, 0.05), lars_cs=(4.0, 8.0), power=1.0, augment=False)
+             sgd_base_lrs=(0.025, 0.05), lars_cs=(4 * math.sqrt(2), 8 * math.sqrt(2)),
+             power=1.0, augment=False)
 QUICK = Scale(batches=(1024, 8192), epochs=2, limit=8192, width=8,
               warmup_epochs=0.5, polish_epochs=0, baseline_lrs=(0.1,),
               sgd_base_lrs=(0.1,), lars_cs=(8.0,), power=1.0, augment=False)
