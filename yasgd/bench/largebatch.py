@@ -89,9 +89,9 @@ class Scale:
     augment: bool = True      # random crop (pad 2) + flip for every arm, or none for any
 
 
-# Pilot runs at 8K (yasgd recipe, c = 8, 49,152 images, width 8; README "Large-batch training"):
-# 20 epochs (120 steps) with crop + flip 82.5 %, without augmentation 86.0 %; width 16 no faster
-# per step (79.9 % vs 78.9 % at epoch 12); 40 epochs (240 steps) without augmentation: power 2
+# Pilot runs at 8K (yasgd recipe, c = 8, 49,152 images, width 8; README "Large batch in
+# miniature", all of them): 20 epochs (120 steps) with crop + flip 82.5 %, without augmentation
+# 86.0 %; width 16 no faster per step (training accuracy 79.9 % vs 78.8 % at epoch 12); 40 epochs (240 steps) without augmentation: power 2
 # 88.1 %, power 1 88.8 %, power 1 with 4 warm-up epochs instead of 8 89.4 % (c = 8 sqrt 2:
 # 89.6 %); the baseline (batch 256, lr 0.4, 8 warm-up epochs) 91.4 %. Steps at a large batch are
 # what the budget buys; two 1-thread runs side by side buy 1.6x the steps of one 2-thread run.
