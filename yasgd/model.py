@@ -113,6 +113,8 @@ class Bottleneck(_Residual):
 class ResNet(nn.HybridBlock):
     """Stem, stages of residual blocks, global average pooling, classifier."""
 
+    _layout_guard = None   # set by yasgd.ops.guard_layouts (yasgd.model.build)
+
     def __init__(self, block, layers: Sequence[int], widths: Sequence[int], classes: int,
                  imagenet_stem: bool, bn: _BN, zero_gamma: bool, in_channels: int = 3,
                  stem_stride: int = 1):
@@ -135,6 +137,11 @@ class ResNet(nn.HybridBlock):
         self.features.add(nn.GlobalAvgPool2D())
         self.output = nn.Dense(classes, in_units=in_ch)
 
+    def __call__(self, *args):
+        if self._layout_guard is not None:
+            self._layout_guard.saw_call()   # an inference call may re-store MKLDNN weights
+        return super().__call__(*args)
+
     def hybrid_forward(self, F, x):
         return self.output(self.features(x))
 
@@ -142,21 +149,29 @@ class ResNet(nn.HybridBlock):
 def build(name: str, classes: int = 1000, width: int = 16, bn_momentum: float = 0.9,
           bn_eps: float = 1e-5, zero_init_last_gamma: bool = True,
           fused_bn_relu: bool = False, in_channels: int = 3, stem_stride: int = 1) -> ResNet:
-    """Build a ResNet by name; parameters are not initialised (see yasgd.init)."""
+    """Build a ResNet by name; parameters are not initialised (see yasgd.init).
+
+    The network is guarded (``yasgd.ops.guard_layouts``): on MKLDNN builds the fused LARS
+    update writes its conv/dense weights in place, converting them back from MKLDNN's
+    layout once after each inference forward."""
+    from yasgd import ops
     bn = _BN(bn_momentum, bn_eps, fused_bn_relu)
     key = name.lower().replace("_v1.5", "").replace("_v1b", "")
     if key.startswith("resnet") and key[6:].isdigit():
         depth = int(key[6:])
         if depth in BOTTLENECK_LAYERS:
-            return ResNet(Bottleneck, BOTTLENECK_LAYERS[depth], (256, 512, 1024, 2048), classes,
-                          True, bn, zero_init_last_gamma, in_channels)
+            return ops.guard_layouts(ResNet(Bottleneck, BOTTLENECK_LAYERS[depth],
+                                            (256, 512, 1024, 2048), classes, True, bn,
+                                            zero_init_last_gamma, in_channels))
         if depth in BASIC_LAYERS:
-            return ResNet(BasicBlock, BASIC_LAYERS[depth], (64, 128, 256, 512), classes,
-                          True, bn, zero_init_last_gamma, in_channels)
+            return ops.guard_layouts(ResNet(BasicBlock, BASIC_LAYERS[depth],
+                                            (64, 128, 256, 512), classes, True, bn,
+                                            zero_init_last_gamma, in_channels))
         if depth >= 8 and (depth - 2) % 6 == 0:
             n = (depth - 2) // 6
-            return ResNet(BasicBlock, (n, n, n), (width, 2 * width, 4 * width), classes,
-                          False, bn, zero_init_last_gamma, in_channels, stem_stride)
+            return ops.guard_layouts(ResNet(BasicBlock, (n, n, n),
+                                            (width, 2 * width, 4 * width), classes, False, bn,
+                                            zero_init_last_gamma, in_channels, stem_stride))
     from yasgd import UsageError
     raise UsageError(f"unknown model.name {name!r} (resnet18/34/50/101/152[_v1.5] or "
                      f"resnet<6n+2> such as resnet8, resnet20, resnet56)")

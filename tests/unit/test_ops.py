@@ -138,6 +138,9 @@ def _check_sgd(be, shapes, mp, steps=3, clip=None, wdtype="float16"):
         w = [mx.nd.array(w.astype(wdtype), dtype=wdtype) for w in w64]
     else:
         w32, w = None, [mx.nd.array(w, dtype="float32") for w in w64]
+    if _WEIGHTS["mode"] == "guarded":
+        holder = _Holder(w)        # kept alive (and guarded) until the end of the check
+        w = holder.arrays()
     moms = [mx.nd.zeros(s, dtype="float32") for s in shapes]
     for step in range(steps):
         gs = _arrays(shapes, wdtype if mp else "float32", 10 + step)
@@ -157,12 +160,35 @@ def _check_sgd(be, shapes, mp, steps=3, clip=None, wdtype="float16"):
             np.testing.assert_array_equal(w[i].asnumpy(), got.astype(wdtype))
 
 
-@pytest.fixture(params=["defer", "in-place"])
+class _Holder(mx.gluon.Block):
+    """A Gluon block owning the given arrays as Parameters, guarded (ops.guard_layouts)."""
+
+    def __init__(self, arrays):
+        super().__init__()
+        self._ps = []
+        for i, a in enumerate(arrays):
+            p = self.params.get("p%d" % i, shape=a.shape, dtype=a.dtype, grad_req="null")
+            p.initialize(mx.init.Zero(), ctx=a.context)
+            p.set_data(a)
+            self._ps.append(p)
+        ops.guard_layouts(self)
+
+    def arrays(self):
+        return [p.data() for p in self._ps]
+
+
+_WEIGHTS = {"mode": "plain"}
+
+
+@pytest.fixture(params=["defer", "in-place", "guarded"])
 def defer(request, monkeypatch):
-    """'yasgd' update paths: float32 weights of ndim >= 2 deferred to MXNet's broadcast_add
-    (what an MKLDNN build does), or every weight written by the operator (non-MKLDNN)."""
-    monkeypatch.setattr(ops, "_mkldnn_built", [request.param == "defer"])
+    """'yasgd' update paths on float32 weights of ndim >= 2: deferred to MXNet's
+    broadcast_add (an MKLDNN build, weights of no guarded block), written by the operator
+    (a build without MKLDNN), or written by the operator because they belong to a guarded
+    block (an MKLDNN build, ops.guard_layouts: what yasgd.model.build returns)."""
+    monkeypatch.setattr(ops, "_mkldnn_built", [request.param != "in-place"])
     monkeypatch.delenv("MXNET_MKLDNN_ENABLED", raising=False)
+    monkeypatch.setitem(_WEIGHTS, "mode", "guarded" if request.param == "guarded" else "plain")
     return request.param
 
 
@@ -225,7 +251,128 @@ def test_multi_sgd_mom_update_after_inference_forward(be, when):
         np.testing.assert_allclose(w.asnumpy(), ref, rtol=1e-6, atol=1e-7)
 
 
-def _train_lars(backend, steps=3, batch=32, seed=0):
+class _Spy:
+    """Counts calls of mx.nd.<name> (then calls it)."""
+
+    def __init__(self, monkeypatch, name):
+        self.calls, real = 0, getattr(mx.nd, name)
+
+        def spy(*a, **k):
+            self.calls += 1
+            return real(*a, **k)
+        monkeypatch.setattr(mx.nd, name, spy)
+
+
+def _conv_net():
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Conv2D(8, 3, in_channels=3), mx.gluon.nn.BatchNorm(in_channels=8),
+            mx.gluon.nn.Dense(4, in_units=8 * 6 * 6))
+    net.initialize(mx.init.Xavier())
+    return net
+
+
+def _sgd_step(net, x, lr=0.5):
+    """A training forward/backward; returns (weights, grads, the float64 plain-SGD result)."""
+    with mx.autograd.record():
+        loss = net(x).sum()
+    loss.backward()
+    params = [p for p in net.collect_params().values() if p.grad_req != "null"]
+    ws, gs = [p.data() for p in params], [p.grad() for p in params]
+    want = [w.asnumpy().astype(np.float64) - lr * g.asnumpy() for w, g in zip(ws, gs)]
+    return ws, gs, want
+
+
+@pytest.mark.filterwarnings("ignore:.*is being hybridized while still having forward hook")
+@pytest.mark.parametrize("hybridize", [False, True], ids=["imperative", "hybridized"])
+def test_guarded_weights_are_written_in_place_after_inference(monkeypatch, hybridize):
+    """ops.guard_layouts: after an inference forward (weights in MKLDNN's layout) the next
+    update synchronises once, converts the weights back and writes them in place (no
+    deferred broadcast_add); the following steps, with training forwards only, neither
+    synchronise nor defer; the result is plain SGD's to 1e-6."""
+    if _SKIP is not None:
+        pytest.skip(_SKIP)
+    if not ops._mkldnn_enabled():
+        pytest.skip("MXNet without MKLDNN: nothing is ever deferred")
+    net = ops.guard_layouts(_conv_net())
+    if hybridize:
+        net.hybridize(static_alloc=True, static_shape=True)
+    x = mx.nd.random.uniform(shape=(2, 3, 8, 8))
+    adds, waits = _Spy(monkeypatch, "broadcast_add"), _Spy(monkeypatch, "waitall")
+    for step, infer in enumerate([True, False, False, True]):
+        ws, gs, want = _sgd_step(net, x)
+        if infer:
+            net(x).wait_to_read()   # evaluation after the backward: the case that failed
+            mx.nd.NDArray.wait_to_read(ws[0])
+        adds.calls = waits.calls = 0
+        n = len(ws)
+        ops.multi_sgd_mom_update(ws, gs, [mx.nd.zeros(w.shape) for w in ws],
+                                 mx.nd.full((n,), 0.5), mx.nd.zeros((n,)), 0.9, 1.0,
+                                 backend="yasgd")
+        assert adds.calls == 0, "step %d: %d weights deferred" % (step, adds.calls)
+        assert waits.calls == (1 if infer or step == 0 else 0), (step, waits.calls)
+        for w, ref in zip(ws, want):
+            np.testing.assert_allclose(w.asnumpy(), ref, rtol=1e-6, atol=1e-7)
+
+
+def test_unguarded_weights_are_deferred(monkeypatch):
+    """Weights of no guarded block take the safe path on MKLDNN builds: the operator
+    updates the momenta, MXNet's broadcast_add writes the conv/dense weights (2 here),
+    with no host synchronisation."""
+    if _SKIP is not None:
+        pytest.skip(_SKIP)
+    monkeypatch.setattr(ops, "_mkldnn_built", [True])
+    monkeypatch.delenv("MXNET_MKLDNN_ENABLED", raising=False)
+    net = _conv_net()
+    x = mx.nd.random.uniform(shape=(2, 3, 8, 8))
+    ws, gs, want = _sgd_step(net, x)
+    adds, waits = _Spy(monkeypatch, "broadcast_add"), _Spy(monkeypatch, "waitall")
+    n = len(ws)
+    ops.multi_sgd_mom_update(ws, gs, [mx.nd.zeros(w.shape) for w in ws], mx.nd.full((n,), 0.5),
+                             mx.nd.zeros((n,)), 0.9, 1.0, backend="yasgd")
+    assert (adds.calls, waits.calls) == (2, 0)
+    for w, ref in zip(ws, want):
+        np.testing.assert_allclose(w.asnumpy(), ref, rtol=1e-6, atol=1e-7)
+
+
+def test_guard_falls_back_to_deferring_when_conversion_fails(monkeypatch):
+    """Where the C API cannot convert a layout (an MXNet without MXNDArrayGetData's
+    reorder), the guard warns, stays dirty and the weights are deferred: still correct."""
+    if _SKIP is not None:
+        pytest.skip(_SKIP)
+    monkeypatch.setattr(ops, "_mkldnn_built", [True])
+    monkeypatch.delenv("MXNET_MKLDNN_ENABLED", raising=False)
+
+    def fail(arr):
+        raise mx.base.MXNetError("We can't generate TBlob for MKLDNN data (test)")
+    monkeypatch.setattr(ops, "_to_default_layout", fail)
+    net = ops.guard_layouts(_conv_net())
+    x = mx.nd.random.uniform(shape=(2, 3, 8, 8))
+    ws, gs, want = _sgd_step(net, x)
+    net(x).wait_to_read()
+    adds = _Spy(monkeypatch, "broadcast_add")
+    n = len(ws)
+    with pytest.warns(UserWarning, match="stay deferred"):
+        ops.multi_sgd_mom_update(ws, gs, [mx.nd.zeros(w.shape) for w in ws],
+                                 mx.nd.full((n,), 0.5), mx.nd.zeros((n,)), 0.9, 1.0,
+                                 backend="yasgd")
+    assert adds.calls == 2
+    for w, ref in zip(ws, want):
+        np.testing.assert_allclose(w.asnumpy(), ref, rtol=1e-6, atol=1e-7)
+
+
+def test_guard_does_not_keep_its_block_alive():
+    import gc
+    net = ops.guard_layouts(_conv_net())
+    guard = ops._guards[-1]
+    assert guard.block() is net
+    del net
+    gc.collect()
+    assert guard.block() is None
+    ops.guard_layouts(_conv_net())     # registering prunes the dead guards
+    assert guard not in ops._guards and all(g.block() is not None for g in ops._guards)
+
+
+def _train_lars(backend, steps=3, batch=32, seed=0, hybridize=False):
     """A Gluon ResNet-8 (conv + BN + dense) trained ``steps`` steps with yasgd.optim.LARS
     through ``mx.gluon.Trainer``, an inference forward (evaluation, synchronised like an
     accuracy read-out) after each backward and after each update; returns every
@@ -238,6 +385,8 @@ def _train_lars(backend, steps=3, batch=32, seed=0):
         mx.random.seed(seed)
         net = yasgd.model.build("resnet8", classes=10, in_channels=1)
         net.initialize(mx.init.Xavier(magnitude=2))
+        if hybridize:
+            net.hybridize(static_alloc=True, static_shape=True)
         opt = yasgd.optim.LARS(learning_rate=0.5, momentum=0.9, wd=5e-4, eta=0.001)
         trainer = mx.gluon.Trainer(net.collect_params(), opt)
         loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
@@ -268,13 +417,17 @@ def _assert_params_close(got, want, rel=1e-5):
         assert err <= rel, "parameter %d %s: relative difference %.3g > %g" % (i, b.shape, err, rel)
 
 
-def test_lars_training_with_evaluation_matches_mxnet():
+@pytest.mark.parametrize("hybridize", [False, True], ids=["imperative", "hybridized"])
+def test_lars_training_with_evaluation_matches_mxnet(hybridize):
     """Regression: training crashed (MKLDNN-layout weights as the update's out=) once an
-    inference forward ran between steps. Both backends must agree to 1e-5 (they differ
-    only in the accuracy of the norms)."""
+    inference forward ran between steps. yasgd.model.build's network is guarded
+    (ops.guard_layouts, reported by ResNet.__call__): the update converts the weights back
+    once after each evaluation and writes them in place. Both backends must agree to 1e-5
+    (they differ only in the accuracy of the norms)."""
     if _SKIP is not None:
         pytest.skip(_SKIP)
-    _assert_params_close(_train_lars("yasgd"), _train_lars("mxnet"))
+    _assert_params_close(_train_lars("yasgd", hybridize=hybridize),
+                         _train_lars("mxnet", hybridize=hybridize))
 
 
 def test_library_loads_and_trains_after_horovod_import():

@@ -12,8 +12,9 @@ Two backends with the same Python API (NDArray in, NDArray out, no host synchron
   double accumulation, bit-identical for any thread count), ``yasgd_lars_trust_ratio``
   and ``yasgd_multi_sgd_mom_update`` (one call over all layers, in place through
   lib_api.h's ``setMutateInputs`` + ``out=weights``; on MKLDNN builds the float32
-  conv/dense weights are *deferred*: the call updates their momenta and MXNet's
-  ``broadcast_add`` then writes ``w + m``, see :func:`multi_sgd_mom_update`). The library
+  conv/dense weights of blocks that are not guarded (:func:`guard_layouts`) are
+  *deferred*: the call updates their momenta and MXNet's ``broadcast_add`` then writes
+  ``w + m``, see :func:`multi_sgd_mom_update`). The library
   exports only lib_api's C entry points (see yasgd/ops/build.py: with Horovod loaded,
   libmxnet's own lib_api classes used to pre-empt ours). CPU only: arrays on a GPU always
   go to MXNet's built-ins, which have GPU kernels.
@@ -58,12 +59,16 @@ for every element index; ours walks each array contiguously in 32 Ki-element chu
 The table predates the deferred weights (MKLDNN layouts, see
 :func:`multi_sgd_mom_update`), which add one MXNet ``broadcast_add`` pass over the 54
 conv/FC weights. Same VM and tensors, 1 thread, load ~4 (median of 12, ms):
-update in place (no longer used on MKLDNN builds) 22.8, deferred 45.5, MXNet 103.0;
-LARS step 47.7 / 70.3 / 144.2. 'yasgd' stays 2-2.3x faster than the built-ins.
+update in place 22.8, deferred 45.5, MXNet 103.0; LARS step 47.7 / 70.3 / 144.2.
+'yasgd' stays 2-2.3x faster than the built-ins. Weights of guarded blocks (every
+``yasgd.model.build`` network) are written in place again: LARS step 37.6 ms guarded,
+68.1 ms unguarded (``make bench-optimizer``, 2 threads).
 """
+import ctypes
 import os
 import threading
 import warnings
+import weakref
 
 import numpy as np
 
@@ -72,7 +77,7 @@ import numpy as np
 
 __all__ = ["DEFAULT_BACKEND", "BACKENDS", "backend", "load_library", "library_error",
            "multi_sum_sq", "builtin_multi_sum_sq", "lars_trust_ratio",
-           "multi_sgd_mom_update"]
+           "multi_sgd_mom_update", "guard_layouts"]
 
 #: The backend used when neither ``backend=`` nor ``YASGD_OPS`` says otherwise (and its
 #: library is available). Chosen by the measurement in this module's docstring.
@@ -170,6 +175,116 @@ def _may_be_mkldnn(arr):
     re-store float32 weights of ndim >= 2 (1-D arrays have no other layout; MXNet 1.9's
     MKLDNN takes float32 and bfloat16 only)."""
     return arr.ndim >= 2 and np.dtype(arr.dtype) == np.float32
+
+
+class _LayoutGuard:
+    """The layout state of one guarded block's weights: ``dirty`` from an inference forward
+    (or the guard's creation) until the next update has made them default-layout again."""
+
+    def __init__(self, block):
+        self.block = weakref.ref(block)
+        self.params = None      # the block's Parameters, collected at the first update
+        self.dirty = True       # unknown history: make sure once, before the first write
+
+    def saw_call(self):
+        """The block is being called: an inference-mode call may re-store its weights."""
+        from mxnet import autograd
+        if not autograd.is_training():
+            self.dirty = True
+
+    def arrays(self):
+        """(guard's live Parameters' data arrays); [] once the block is gone."""
+        block = self.block()
+        if block is None:
+            return []
+        if self.params is None:
+            self.params = list(block.collect_params().values())
+        out = []
+        for p in self.params:
+            try:
+                out.extend(p.list_data())
+            except Exception:  # noqa: BLE001 -- not initialised (yet): nothing to write
+                pass
+        return out
+
+
+_guards = []   # one _LayoutGuard per guarded block
+
+
+def guard_layouts(block):
+    """Let the 'yasgd' update write ``block``'s weights in place on MKLDNN builds.
+
+    Without a guard, every weight MXNet may hold in an MKLDNN layout is deferred (see
+    :func:`multi_sgd_mom_update`): safe whatever ran before, at the cost of one more MXNet
+    pass over those weights every step (about 25 ms of a 55 ms LARS step over ResNet-50's
+    tensors on the 2-core machine of the README). A guard watches calls of ``block``
+    and marks it *dirty* whenever it runs in inference mode (``autograd.is_training()``
+    false: evaluation, ``predict_mode``), the only way Gluon lets MKLDNN's conv/dense
+    kernels re-store their weights. Blocks whose class has a ``_layout_guard`` attribute
+    (``yasgd.model.ResNet``) report their calls themselves (``guard.saw_call()`` in
+    ``__call__``); any other block gets a forward pre-hook on itself (MXNet then warns
+    once when it is hybridized that hooks of a *child* of a HybridBlock take no effect:
+    this hook sits on the block that is called). The next
+    update that writes those weights first waits for MXNet's engine (``waitall``: the one
+    host synchronisation, once after each evaluation, never in a steady run of training
+    steps) and converts any MKLDNN-layout weight of the block back to the default layout
+    (the C API's ``MXNDArrayGetData``, which reorders such an array in place); from then
+    on the operator writes them in place. ``yasgd.model.build`` guards every network it
+    builds. The contract: in inference mode the guarded block's weights are run only by
+    calling the block -- calling one of its children alone, a raw ``mx.nd.Convolution``
+    on a weight, or another block sharing the Parameters would not be seen (guard that
+    block too). Returns ``block``.
+    """
+    guard = _LayoutGuard(block)
+    if hasattr(type(block), "_layout_guard"):
+        block._layout_guard = guard
+    else:
+        block.register_forward_pre_hook(lambda _block, _args: guard.saw_call())
+    with _lock:
+        _guards[:] = [g for g in _guards if g.block() is not None] + [guard]
+    return block
+
+
+def _to_default_layout(arr):
+    """Convert ``arr`` to MXNet's default layout in place, synchronously, if MKLDNN holds
+    it in its own (MXNet 1.9's ``MXNDArrayGetData`` reorders such an array and waits; on a
+    default-layout array it only returns the data pointer). Raises MXNetError where the C
+    API cannot (older MXNet)."""
+    from mxnet.base import _LIB, check_call
+    ptr = ctypes.c_void_p()
+    check_call(_LIB.MXNDArrayGetData(arr.handle, ctypes.byref(ptr)))
+
+
+def _writable_in_place(weights):
+    """For each weight (float32, ndim >= 2, MKLDNN build): True when the operator may write
+    it in place -- it belongs to a guarded block (:func:`guard_layouts`) whose weights are
+    known to be in the default layout. A dirty guard is made clean here: one ``waitall``,
+    then every MKLDNN-capable weight of its block converted to the default layout."""
+    import mxnet as mx
+    with _lock:
+        guards = [g for g in _guards if g.block() is not None]
+    owner = {}
+    for g in guards:
+        for a in g.arrays():
+            owner[id(a)] = (g, a)
+    found = []
+    for w in weights:
+        entry = owner.get(id(w))
+        found.append(entry[0] if entry is not None and entry[1] is w else None)
+    dirty = {id(g): g for g in found if g is not None and g.dirty}
+    if dirty:
+        mx.nd.waitall()   # pending inference forwards and their reorders have run
+        for g in dirty.values():
+            try:
+                for a in g.arrays():
+                    if _may_be_mkldnn(a):
+                        _to_default_layout(a)
+            except mx.base.MXNetError as e:
+                warnings.warn("yasgd.ops: cannot convert MKLDNN-layout weights in place "
+                              "(%s); their updates stay deferred" % str(e).splitlines()[0])
+                continue
+            g.dirty = False
+    return [g is not None and not g.dirty for g in found]
 
 
 def multi_sum_sq(arrays, backend=None):  # pylint: disable=redefined-outer-name
@@ -273,7 +388,9 @@ def multi_sgd_mom_update(weights, grads, moms, lrs, wds, momentum, rescale_grad,
     Python call converts an array in place without a host sync (``reshape``,
     ``tostype``, ``copyto``, ``[:] =`` keep the layout). So every weight that can carry
     an MKLDNN layout (float32, ndim >= 2, MKLDNN enabled; see :func:`_may_be_mkldnn`) is
-    *deferred*: the operator updates its momentum (and master copy) only
+    *deferred* unless it belongs to a guarded block (:func:`guard_layouts`: converted back
+    to the default layout once after each inference forward, then written in place):
+    the operator updates its momentum (and master copy) only
     (``defer_weights``, out=mom) and the weight is then written by MXNet's own
     ``broadcast_add`` (``w = w + m``: the same float32 arithmetic) or ``cast``
     (``w = w32``), which handle any layout. The other weights (BN, biases, float16) are
@@ -295,7 +412,11 @@ def multi_sgd_mom_update(weights, grads, moms, lrs, wds, momentum, rescale_grad,
         kw["clip_gradient"] = float(clip_gradient)
     if _use_yasgd(backend, ctx):
         data = [a for per_weight in zip(*groups) for a in per_weight]
-        defer = [_may_be_mkldnn(w) for w in weights] if _mkldnn_enabled() else [False] * n
+        defer = [False] * n
+        if _mkldnn_enabled():
+            cand = [i for i, w in enumerate(weights) if _may_be_mkldnn(w)]
+            for i, ok in zip(cand, _writable_in_place([weights[i] for i in cand])):
+                defer[i] = not ok
         outs = weights
         if any(defer):
             outs = [m if d else w for w, m, d in zip(weights, moms, defer)]

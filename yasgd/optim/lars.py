@@ -21,7 +21,8 @@ Two paths compute the same thing:
   ratios of all layers in one call, and the momentum update of all layers in
   one multi-tensor call (``yasgd.ops``: the project's operator library, or
   MXNet's ``multi_sum_sq``/``multi_lars``/``preloaded_multi_sgd_mom_update``);
-  no host synchronisation.
+  no host synchronisation (on MKLDNN builds one, in the first step after an inference
+  forward of a guarded network, see ``yasgd.ops.guard_layouts``).
 * per-layer (``fused=False``): one norm, ratio and update per layer with plain
   NDArray arithmetic; the reference for debugging.
 
