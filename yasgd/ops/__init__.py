@@ -224,12 +224,12 @@ def guard_layouts(block):
     (``yasgd.model.ResNet``) report their calls themselves (``guard.saw_call()`` in
     ``__call__``); any other block gets a forward pre-hook on itself (MXNet then warns
     once when it is hybridized that hooks of a *child* of a HybridBlock take no effect:
-    this hook sits on the block that is called). The next
-    update that writes those weights first waits for MXNet's engine (``waitall``: the one
-    host synchronisation, once after each evaluation, never in a steady run of training
-    steps) and converts any MKLDNN-layout weight of the block back to the default layout
-    (the C API's ``MXNDArrayGetData``, which reorders such an array in place); from then
-    on the operator writes them in place. ``yasgd.model.build`` guards every network it
+    this hook sits on the block that is called). The next update that writes those
+    weights first waits for MXNet's engine (``waitall``: the one host synchronisation,
+    once after each evaluation, never in a steady run of training steps) and converts any
+    MKLDNN-layout weight of the block back to the default layout (the C API's
+    ``MXNDArrayGetData``, which reorders such an array in place); from then on the
+    operator writes them in place. ``yasgd.model.build`` guards every network it
     builds. The contract: in inference mode the guarded block's weights are run only by
     calling the block -- calling one of its children alone, a raw ``mx.nd.Convolution``
     on a weight, or another block sharing the Parameters would not be seen (guard that
