@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from yasgd import ops
+from yasgd.bench.optimizer import _guarded_arrays
 from yasgd.ops import build as ops_build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -139,8 +140,7 @@ def _check_sgd(be, shapes, mp, steps=3, clip=None, wdtype="float16"):
     else:
         w32, w = None, [mx.nd.array(w, dtype="float32") for w in w64]
     if _WEIGHTS["mode"] == "guarded":
-        holder = _Holder(w)        # kept alive (and guarded) until the end of the check
-        w = holder.arrays()
+        holder, w = _guarded_arrays(w)   # the block stays alive (and guarded) until the end
     moms = [mx.nd.zeros(s, dtype="float32") for s in shapes]
     for step in range(steps):
         gs = _arrays(shapes, wdtype if mp else "float32", 10 + step)
@@ -158,23 +158,6 @@ def _check_sgd(be, shapes, mp, steps=3, clip=None, wdtype="float16"):
                                    err_msg="momentum %d" % i)
         if mp:  # the weight is exactly wdtype(master)
             np.testing.assert_array_equal(w[i].asnumpy(), got.astype(wdtype))
-
-
-class _Holder(mx.gluon.Block):
-    """A Gluon block owning the given arrays as Parameters, guarded (ops.guard_layouts)."""
-
-    def __init__(self, arrays):
-        super().__init__()
-        self._ps = []
-        for i, a in enumerate(arrays):
-            p = self.params.get("p%d" % i, shape=a.shape, dtype=a.dtype, grad_req="null")
-            p.initialize(mx.init.Zero(), ctx=a.context)
-            p.set_data(a)
-            self._ps.append(p)
-        ops.guard_layouts(self)
-
-    def arrays(self):
-        return [p.data() for p in self._ps]
 
 
 _WEIGHTS = {"mode": "plain"}

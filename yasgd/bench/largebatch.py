@@ -91,10 +91,11 @@ class Scale:
 
 # Pilot runs at 8K (yasgd recipe, c = 8, 49,152 images, width 8; README "Large batch in
 # miniature", all of them): 20 epochs (120 steps) with crop + flip 82.5 %, without augmentation
-# 86.0 %; width 16 no faster per step (training accuracy 79.9 % vs 78.8 % at epoch 12); 40 epochs (240 steps) without augmentation: power 2
-# 88.1 %, power 1 88.8 %, power 1 with 4 warm-up epochs instead of 8 89.4 % (c = 8 sqrt 2:
-# 89.6 %); the baseline (batch 256, lr 0.4, 8 warm-up epochs) 91.4 %. Steps at a large batch are
-# what the budget buys; two 1-thread runs side by side buy 1.6x the steps of one 2-thread run.
+# 86.0 %; width 16 no faster per step (training accuracy 79.9 % vs 78.8 % at epoch 12);
+# 40 epochs (240 steps) without augmentation: power 2 88.1 %, power 1 88.8 %, power 1 with 4
+# warm-up epochs instead of 8 89.4 % (c = 8 sqrt 2: 89.6 %); the baseline (batch 256, lr 0.4,
+# 8 warm-up epochs) 91.4 %. Steps at a large batch are what the budget buys; two 1-thread runs
+# side by side buy 1.6x the steps of one 2-thread run.
 # The LARS grid is c = 4 sqrt 2, 8 sqrt 2 (lr 8 and 16 at 8K).
 FULL = Scale(batches=(1024, 4096, 8192, 16384), epochs=40, limit=49152, width=8,
              warmup_epochs=4.0, polish_epochs=0, baseline_lrs=(0.4,),

@@ -104,7 +104,7 @@ def _guarded_arrays(values):
             for i, v in enumerate(values):
                 p = self.params.get("w%d" % i, shape=v.shape, dtype=v.dtype, grad_req="null")
                 p.initialize(mx.init.Zero(), ctx=mx.cpu())
-                p.set_data(mx.nd.array(v))
+                p.set_data(mx.nd.array(v, dtype=v.dtype))
                 self.ps.append(p)
 
     block = ops.guard_layouts(Weights())

@@ -263,9 +263,9 @@ def run(out_dir: str = "results", quick: bool = False) -> dict:
     hw = common.hardware({"omp_num_threads": "2 (1 rank) / 1 per rank (2 ranks)"})
     res = {}
     with tempfile.TemporaryDirectory(prefix="yasgd-bench-tp-") as tmp:
-        def args(mode):
+        def args(mode, tag=""):
             return ["--mode", mode, "--batch", str(batch), "--repeats", str(repeats),
-                    "--warmup", str(warmup), "--result", os.path.join(tmp, f"{mode}.json")] + \
+                    "--warmup", str(warmup), "--result", os.path.join(tmp, f"{mode}{tag}.json")] + \
                 (["--quick"] if quick else [])
         t0 = time.time()
         common.say("  1 rank, OMP_NUM_THREADS=2 ...")
@@ -277,14 +277,12 @@ def run(out_dir: str = "results", quick: bool = False) -> dict:
         for k in range(launches):   # alternate the two settings' launches
             common.say(f"  2 ranks, OMP_NUM_THREADS=1 each, yasgd's settings, launch {k + 1}/"
                        f"{launches} ... ({time.time() - t0:.0f} s)")
-            common.launch_ranks("yasgd.bench.throughput", args("ranks"), env=env2, timeout=1200)
-            os.replace(os.path.join(tmp, "ranks.json"), os.path.join(tmp, f"ranks.{k}.json"))
+            common.launch_ranks("yasgd.bench.throughput", args("ranks", f".{k}"), env=env2,
+                                timeout=1200)
             common.say(f"  2 ranks, Horovod's defaults, baseline, launch {k + 1}/{launches} ... "
                        f"({time.time() - t0:.0f} s)")
-            common.launch_ranks("yasgd.bench.throughput", args("ranks-default"), env=env3,
-                                timeout=1200)
-            os.replace(os.path.join(tmp, "ranks-default.json"),
-                       os.path.join(tmp, f"ranks-default.{k}.json"))
+            common.launch_ranks("yasgd.bench.throughput", args("ranks-default", f".{k}"),
+                                env=env3, timeout=1200)
         for mode in ("ranks", "ranks-default"):
             common.write_json(os.path.join(tmp, f"{mode}.json"), faster_launch(
                 [common.read_json(os.path.join(tmp, f"{mode}.{k}.json"))

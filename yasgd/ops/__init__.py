@@ -263,9 +263,10 @@ def _writable_in_place(weights):
     import mxnet as mx
     with _lock:
         guards = [g for g in _guards if g.block() is not None]
+    arrays = {id(g): g.arrays() for g in guards}
     owner = {}
     for g in guards:
-        for a in g.arrays():
+        for a in arrays[id(g)]:
             owner[id(a)] = (g, a)
     found = []
     for w in weights:
@@ -274,9 +275,9 @@ def _writable_in_place(weights):
     dirty = {id(g): g for g in found if g is not None and g.dirty}
     if dirty:
         mx.nd.waitall()   # pending inference forwards and their reorders have run
-        for g in dirty.values():
+        for key, g in dirty.items():
             try:
-                for a in g.arrays():
+                for a in arrays[key]:
                     if _may_be_mkldnn(a):
                         _to_default_layout(a)
             except mx.base.MXNetError as e:
