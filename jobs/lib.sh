@@ -170,9 +170,13 @@ yasgd_job() {
   # node); jobs/bind.sh binds each to its GPU, NUMA node and HCA.
   local mpi=(mpirun -np "$YASGD_NP" --hostfile "$run_dir/hostfile" --bind-to none)
   [ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
-  # No GPUs: a laptop, CI or a container, where shared-memory single copy
-  # (CMA, needs ptrace) is often not allowed.
-  [ "$gpus" -gt 0 ] || mpi+=(--mca btl_vader_single_copy_mechanism none)
+  # OpenMPI's single-copy shared-memory transport (CMA, process_vm_readv) where
+  # this host allows it; containers often forbid it, and OpenMPI then fails at
+  # the first large message: switch it off there (yasgd.launch.single_copy_allowed).
+  if [ -z "${OMPI_MCA_btl_vader_single_copy_mechanism:-}" ] && ! "$py" -c \
+      'import sys; from yasgd.launch import single_copy_allowed as ok; sys.exit(not ok())'; then
+    mpi+=(--mca btl_vader_single_copy_mechanism none)
+  fi
   local extra=() var
   read -r -a extra <<< "${YASGD_MPI_ARGS:-}"
   mpi+=("${extra[@]}")

@@ -31,3 +31,55 @@ def test_launch_fills_in_common_sh_defaults():
 def test_launch_no_tuning_defaults_leaves_horovod_defaults():
     # Horovod then uses its own 64 MB fusion buffer and cycle time; OMP per rank still set
     assert _launch("--no-tuning-defaults") == "FUSION=None CYCLE=None OMP=1"
+
+
+# --- OpenMPI's single-copy shared memory (CMA) -------------------------------------------
+from yasgd import launch  # noqa: E402
+
+SEND = """
+import numpy as np
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+a = np.arange(1 << 22, dtype=np.float32) * (c.rank + 1)   # 16 MB: vader's get path
+b = np.empty_like(a)
+c.Allreduce(a, b)
+assert np.array_equal(b, np.arange(1 << 22, dtype=np.float32) * 3), b[:4]
+print('SUM-OK', c.rank)
+"""
+
+
+def test_single_copy_probe_matches_openmpi():
+    """The probe says yes on this host, and OpenMPI with CMA forced on (so it cannot fall
+    back to two copies) then moves a 16 MB allreduce correctly: the probe's 'yes' is
+    OpenMPI's. (A host that forbids CMA would make the probe say no; see the next test.)"""
+    assert launch.single_copy_allowed(), "CMA expected to work on this host (root, no seccomp)"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    env.update(OMP_NUM_THREADS="1", OMPI_MCA_btl_vader_single_copy_mechanism="cma")
+    cmd = launch.mpirun_command(2, [sys.executable, "-c", SEND], env=env)
+    assert "btl_vader_single_copy_mechanism" not in cmd   # the environment's choice wins
+    out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert sorted(re.findall(r"SUM-OK \d", out.stdout)) == ["SUM-OK 0", "SUM-OK 1"], out.stdout
+    # and the launcher leaves OpenMPI its own choice (no "none") where CMA works
+    assert "btl_vader_single_copy_mechanism" not in launch.mpirun_command(2, ["true"], env={})
+
+
+def test_single_copy_probe_says_no_when_forbidden():
+    """A process that may not be read by its own user's processes (an unprivileged user,
+    not dumpable: the kernel's ptrace check refuses process_vm_readv, as a container's
+    policy does) gets 'no', and the launcher then switches the single copy off."""
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("needs root to drop to an unprivileged user")
+    code = (
+        "import ctypes, ctypes.util, os\n"
+        "from yasgd import launch\n"
+        "os.setgid(65534); os.setuid(65534)\n"
+        "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE 0\n"
+        "print('ALLOWED', launch.single_copy_allowed())\n"
+        "cmd = launch.mpirun_command(2, ['true'], env={})\n"
+        "print('NONE', cmd[cmd.index('btl_vader_single_copy_mechanism') + 1])\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ALLOWED False" in out.stdout and "NONE none" in out.stdout, out.stdout
