@@ -79,7 +79,7 @@ def single_copy_allowed() -> bool:
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     libc.prctl(pr_set_ptracer, ctypes.c_ulong(0), 0, 0, 0)
-    return os.waitstatus_to_exitcode(status) == 0
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def mpirun_command(np_: int, command: List[str], env_vars: Optional[List[str]] = None,
