@@ -171,8 +171,8 @@ yasgd_job() {
   local mpi=(mpirun -np "$YASGD_NP" --hostfile "$run_dir/hostfile" --bind-to none)
   [ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
   # OpenMPI's single-copy shared-memory transport (CMA, process_vm_readv) where
-  # this host allows it; containers often forbid it, and OpenMPI then fails at
-  # the first large message: switch it off there (yasgd.launch.single_copy_allowed).
+  # this host allows it; containers often forbid it, and OpenMPI's large
+  # shared-memory transfers then fail: off there (yasgd.launch.single_copy_allowed).
   if [ -z "${OMPI_MCA_btl_vader_single_copy_mechanism:-}" ] && ! "$py" -c \
       'import sys; from yasgd.launch import single_copy_allowed as ok; sys.exit(not ok())'; then
     mpi+=(--mca btl_vader_single_copy_mechanism none)
