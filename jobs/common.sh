@@ -17,8 +17,8 @@ export PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}"
 # --- Horovod -------------------------------------------------------------------
 # yasgd issues one grouped allreduce per static layer group (yasgd/allreduce.py),
 # so Horovod's own fusion buffer only adds a copy: it is off by default
-# (with the 5 ms cycle below, ResNet-50's 102 MB on 2 CPU ranks: 44 ms against
-# 132 ms for Horovod's trainer under its defaults, README "Allreduce").
+# (with the 5 ms cycle below, ResNet-50's 102 MB on 2 CPU ranks: 34 ms against
+# 97 ms for Horovod's trainer under its defaults, README "Allreduce").
 export HOROVOD_FUSION_THRESHOLD="${HOROVOD_FUSION_THRESHOLD:-0}"
 # Background-thread cycle (ms). Fujitsu's MLPerf v0.6 run used 0.2 ms on GPU nodes,
 # where the polling thread has a core of its own. On a CPU-only host every core
