@@ -1,9 +1,12 @@
 """yasgd.launch's environment: jobs/common.sh's tuning defaults are filled in unless
---no-tuning-defaults, which the benchmarks use to measure Horovod's own defaults."""
+--no-tuning-defaults, which the benchmarks use to measure Horovod's own defaults; OpenMPI's
+single-copy shared memory is switched off exactly where the host forbids it."""
 import os
 import re
 import subprocess
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROBE = ("import os; print('FUSION=%s CYCLE=%s OMP=%s' % (os.environ.get("
@@ -49,10 +52,12 @@ print('SUM-OK', c.rank)
 
 
 def test_single_copy_probe_matches_openmpi():
-    """The probe says yes on this host, and OpenMPI with CMA forced on (so it cannot fall
+    """Where the probe says yes (it does here), OpenMPI with CMA forced on (so it cannot fall
     back to two copies) then moves a 16 MB allreduce correctly: the probe's 'yes' is
-    OpenMPI's. (A host that forbids CMA would make the probe say no; see the next test.)"""
-    assert launch.single_copy_allowed(), "CMA expected to work on this host (root, no seccomp)"
+    OpenMPI's. (A host that forbids CMA makes the probe say no: then there is nothing to
+    check against OpenMPI here; the next test covers the "no" path on any host.)"""
+    if not launch.single_copy_allowed():
+        pytest.skip("this host forbids process_vm_readv: the launcher switches CMA off")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
     env.update(OMP_NUM_THREADS="1", OMPI_MCA_btl_vader_single_copy_mechanism="cma")
     cmd = launch.mpirun_command(2, [sys.executable, "-c", SEND], env=env)
@@ -69,12 +74,14 @@ def test_single_copy_probe_says_no_when_forbidden():
     not dumpable: the kernel's ptrace check refuses process_vm_readv, as a container's
     policy does) gets 'no', and the launcher then switches the single copy off."""
     if os.geteuid() != 0:
-        import pytest
         pytest.skip("needs root to drop to an unprivileged user")
     code = (
-        "import ctypes, ctypes.util, os\n"
+        "import ctypes, ctypes.util, os, sys\n"
         "from yasgd import launch\n"
-        "os.setgid(65534); os.setuid(65534)\n"
+        "try:\n"
+        "    os.setgid(65534); os.setuid(65534)\n"
+        "except PermissionError:\n"
+        "    print('NOSETUID'); sys.exit(0)\n"
         "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE 0\n"
         "print('ALLOWED', launch.single_copy_allowed())\n"
         "cmd = launch.mpirun_command(2, ['true'], env={})\n"
@@ -82,4 +89,6 @@ def test_single_copy_probe_says_no_when_forbidden():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
+    if "NOSETUID" in out.stdout:
+        pytest.skip("root here may not change its user id")
     assert "ALLOWED False" in out.stdout and "NONE none" in out.stdout, out.stdout
