@@ -3,8 +3,11 @@
 One iteration (all GPUs run the same program; data loading is inside the published throughput):
 
     forward  t_f = C/3,  backward t_b = 2C/3   (backward ~ 2x forward FLOPs: input and weight grads)
-    C + t_u = b / X(b)                         (X: published per-GPU training img/s, t_u: optimizer
+    C + t_u = b / X(b)                         (X: per-GPU training img/s at batch b, t_u: optimizer
                                                 update, HBM-bound, runs after the last allreduce)
+    X(b) = X(ref) * min(1, b/(b+h) * (ref+h)/ref)   (step time = fixed + per-image cost; h, the
+               batch whose per-image cost equals the fixed cost, from published tables: the GPU's
+               fp16 inference h x the training/inference ratio of h in MXNet's own V100 tables)
     lock-step: on N > 1 GPUs every rank waits for the slowest, so C -> C * L(N), L(N) = 1 + E[max of
                N draws of (U + G)], U ~ uniform GPU-to-GPU speed spread, G ~ normal step-time jitter
     gradient tensor i is ready once backward has done t_b * (conv/fc MACs so far) / (all MACs)
@@ -214,6 +217,12 @@ class Preset:
     ref_batch: int
     infer_curve: Tuple[Tuple[int, float], ...]   # published inference img/s by batch (same GPU)
     hbm_bw: float                 # B/s
+    # published training and inference (scoring) img/s by batch of one MXNet build on one GPU:
+    # the ratio of their fixed-cost batches h is what a training step adds at small batch
+    train_shape: Tuple[Tuple[int, float], ...] = ()
+    score_shape: Tuple[Tuple[int, float], ...] = ()
+    # the inference curve h is read from, where infer_curve cannot give it; () = infer_curve
+    fixed_cost_curve: Tuple[Tuple[int, float], ...] = ()
     grad_bytes: int = 2           # fp16 gradients (float16 training, Fujitsu MLPerf v0.6 recipe)
     # LARS with fp32 master weights: read w, m, fp16 g + write w, m, fp16 w (18 B) + norms (4 B)
     update_bytes_per_param: int = 22
@@ -263,6 +272,21 @@ _NCCL_TREE_CORRECTION_SIMPLE = (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, 
 _V100_LATENCY = ((1, 2.5, 2.5, 2.7), (2, 2.7, 2.6, 3.0), (4, 3.2, 3.0, 3.5), (8, 4.0, 3.9, 4.2),
                  (16, 6.0, 5.9, 6.3), (32, 9.9, 9.8, 10.3), (64, 17.0, 17.0, 17.5),
                  (128, 34.3, 33.8, 35.5), (192, 52.7, 52.4, 55.2), (256, 73.9, 72.8, 77.3))
+# NVIDIA DeepLearningExamples MxNet/Classification/RN50v1.5 README (mxnet-19.07 container),
+# inference on DGX-1 V100 16GB, mixed precision, 1 GPU, img/s by batch (data included).
+_V100_INFER = ((1, 397), (2, 732), (4, 1269), (8, 2012), (16, 2667), (32, 3240), (64, 3776),
+               (128, 3734), (192, 3641))
+# Apache MXNet documentation, "Some Tips for Improving MXNet Performance" (docs/faq/perf.md in
+# apache/mxnet; mxnet.apache.org/versions/1.5.0/faq/perf.html), section "Nvidia GPU", V100 (EC2
+# p3.2xlarge), MXNet 1.2.0.rc1, cuDNN 7.0.5, float32: ResNet-50 img/s by batch, "Training results"
+# (example/image-classification/train_imagenet.py, mli/mxnet-benchmark run_vary_batch.sh) and
+# "Scoring results" (benchmark_score.py). The one public pair of MXNet V100 training and inference
+# curves from one build: training loses more at small batch (at 32: 82 % of its rate at 128,
+# inference 87 %), which an inference curve alone does not show.
+_MXNET_V100_TRAIN_FP32 = ((1, 34.54), (2, 65.01), (4, 113.49), (8, 174.81), (16, 251.22),
+                          (32, 298.51), (64, 343.19), (128, 363.69))
+_MXNET_V100_SCORE_FP32 = ((1, 162.15), (2, 293.74), (4, 479.14), (8, 699.39), (16, 947.45),
+                          (32, 1076.81), (64, 1168.37), (128, 1233.15), (256, 1155.07))
 # Sinha et al., "Not All GPUs Are Created Equal: Characterizing Variability in Large-Scale,
 # Accelerator-Rich Systems", SC'22 (arXiv 2208.11035 v3 abstract): 8 % average performance
 # variation (max 22 %) across GPUs of one SKU on V100 clusters (Summit, Vortex, Longhorn).
@@ -282,9 +306,10 @@ PRESETS: Dict[str, Preset] = {
         # NVIDIA DeepLearningExamples MxNet/Classification/RN50v1.5 README, mxnet-19.07 container,
         # DGX-1 V100 16GB, 1 GPU, mixed precision, batch 192: 1,427 img/s (training, data included).
         images_per_gpu_s=1427.0, ref_batch=192,
-        # Same README, inference V100 16GB mixed precision img/s by batch (small-batch efficiency).
-        infer_curve=((1, 397), (2, 732), (4, 1269), (8, 2012), (16, 2667), (32, 3240),
-                     (64, 3776), (128, 3734), (192, 3641)),
+        # Same README, inference V100 16GB mixed precision img/s by batch (small-batch cost, eval).
+        infer_curve=_V100_INFER,
+        # MXNet's own V100 training and scoring tables: what training adds to inference's h.
+        train_shape=_MXNET_V100_TRAIN_FP32, score_shape=_MXNET_V100_SCORE_FP32,
         hbm_bw=900 * GB,                     # V100 SXM2 datasheet: HBM2 900 GB/s
         # Fujitsu MLPerf v0.6 Horovod (3rdparty/horovod/horovod/common/operations.cc): the cubic
         # groups; HOROVOD_CYCLE_TIME=0.2 (ms, JobScripts/parameters); each group is packed into and
@@ -309,6 +334,11 @@ PRESETS: Dict[str, Preset] = {
         images_per_gpu_s=2180.0, ref_batch=256,
         infer_curve=((1, 463), (2, 880), (4, 1668), (8, 2522), (16, 3704), (32, 2964),
                      (64, 4547), (128, 5530), (192, 6198), (256, 6120)),   # same README, A100
+        # Placeholder, stated: that A100 table is loader-bound (b = 32 slower than b = 16), so its
+        # fixed cost reads as h = 74 images at b = 40; the V100 table gives h instead. There are no
+        # public MXNet training/inference tables by batch for A100 or H200: the V100 ones.
+        fixed_cost_curve=_V100_INFER,
+        train_shape=_MXNET_V100_TRAIN_FP32, score_shape=_MXNET_V100_SCORE_FP32,
         hbm_bw=4800 * GB,                    # H200 datasheet: HBM3e 4.8 TB/s
         # yasgd's own static groups on stock Horovod 0.28: default cycle 1 ms since Horovod 0.21.0
         # ("Changed default cycle time from 5ms to 1ms", #2468), batched fusion copies (#2435).
@@ -328,13 +358,52 @@ def get_preset(name: str) -> Preset:
     return PRESETS[name]
 
 
+def fixed_cost_batch(curve: Sequence[Tuple[int, float]], per_gpu_batch: float) -> float:
+    """h = t0 / c of the step-time line t(x) = t0 + c x through the two published (batch, img/s)
+    points that bracket the batch (the first or last two outside the table): the batch whose
+    per-image cost equals the step's fixed cost, so that a GPU runs at b / (b + h) of its
+    large-batch rate. 0 where the published time per step does not show a positive fixed cost."""
+    pts = sorted(curve)
+    if len(pts) < 2:
+        return 0.0
+    i = next((k for k in range(1, len(pts)) if per_gpu_batch <= pts[k][0]), len(pts) - 1)
+    (b0, x0), (b1, x1) = pts[i - 1], pts[i]
+    t0, t1 = b0 / x0, b1 / x1
+    c = (t1 - t0) / (b1 - b0)
+    fixed = t0 - c * b0
+    return fixed / c if c > 0 and fixed > 0 else 0.0
+
+
+def train_fixed_cost_batch(preset: Preset, per_gpu_batch: float) -> float:
+    """h of a training step at this batch: the preset GPU's (fp16) inference h times the ratio of
+    training h to inference h in the preset's pair of same-build tables (MXNet's V100 ones), read
+    at the batch clamped to where both tables have data. Assumption: training adds the same
+    factor to the fixed cost of a step in fp16 as MXNet's tables show in fp32."""
+    h = fixed_cost_batch(preset.fixed_cost_curve or preset.infer_curve, per_gpu_batch)
+    if preset.train_shape and preset.score_shape:
+        top = min(max(b for b, _ in preset.train_shape), max(b for b, _ in preset.score_shape))
+        at = min(per_gpu_batch, top)
+        h_score = fixed_cost_batch(preset.score_shape, at)
+        if h_score > 0:
+            h *= fixed_cost_batch(preset.train_shape, at) / h_score
+    return h
+
+
 def per_gpu_throughput(preset: Preset, per_gpu_batch: int) -> float:
-    """X(b) = X(ref) * min(1, I*(b) / I*(ref)), I* the running maximum of the published inference
-    curve (linear between points): a GPU runs small batches as much less efficiently in training as
-    in inference. Assumption, not a measurement of training at small batch."""
-    pts = list(preset.infer_curve)
+    """X(b) = X(ref) * min(1, b/(b+h) * (ref+h)/ref), h = train_fixed_cost_batch: a step costs a
+    fixed time plus a per-image time (the compute analogue of the alpha-beta model), so the
+    published rate at the reference batch carries to a smaller batch through h alone. The
+    published rate is never extrapolated upwards (min 1)."""
+    h = train_fixed_cost_batch(preset, per_gpu_batch)
+    ref = preset.ref_batch
+    return preset.images_per_gpu_s * min(1.0, per_gpu_batch / (per_gpu_batch + h) * (ref + h) / ref)
+
+
+def inference_factor(preset: Preset, per_gpu_batch: float) -> float:
+    """min(1, I*(b) / I*(ref)), I* the running maximum of the preset's published inference curve
+    (linear between points): how much slower a forward-only pass runs at this batch."""
     env, best = [], 0.0
-    for b, v in pts:
+    for b, v in preset.infer_curve:
         best = max(best, v)
         env.append((b, best))
 
@@ -345,7 +414,7 @@ def per_gpu_throughput(preset: Preset, per_gpu_batch: int) -> float:
             if b <= b1:
                 return v0 + (v1 - v0) * (b - b0) / (b1 - b0)
         return env[-1][1]
-    return preset.images_per_gpu_s * min(1.0, at(per_gpu_batch) / at(preset.ref_batch))
+    return min(1.0, at(per_gpu_batch) / at(preset.ref_batch))
 
 # ---------------------------------------------------------------- lock-step (stragglers)
 
@@ -517,13 +586,15 @@ def predict(*, preset: str = "abci2019", gpus: int = 2048, batch: int = 81920,
     steps_per_epoch = math.ceil(IMAGENET_TRAIN / batch)      # the loader pads the last batch
     evals = math.floor(epochs / p.eval_every) if p.eval_every else 0
     n_val = math.ceil(IMAGENET_VAL / gpus)           # evaluation: forward only, C/3 per image,
-    eval_s = n_val / (3 * per_gpu_throughput(p, n_val)) * per_gpu_throughput(p, b) / x * lock \
+    eval_s = n_val / (3 * x) * inference_factor(p, b) / inference_factor(p, n_val) * lock \
         + allreduce_time(8, gpus, p.topo, "hierarchical_tree")   # + reducing the correct count
     train_s = epochs * steps_per_epoch * it["iteration_s"]
     fixed_s = evals * eval_s + math.ceil(epochs) * p.epoch_fixed_s
     return dict(preset=preset, gpus=gpus, nodes=math.ceil(gpus / p.topo.gpus_per_node),
                 batch=batch, per_gpu_batch=b, epochs=epochs, algorithm=kw["algorithm"],
-                grouping=grouping, budget_bytes=budget, images_per_gpu_s_compute=x, **it,
+                grouping=grouping, budget_bytes=budget, images_per_gpu_s_compute=x,
+                compute_given=images_per_gpu_s is not None,
+                train_fixed_cost_batch=train_fixed_cost_batch(p, b), **it,
                 lockstep=lock, step_cv=cv, gpu_spread=p.gpu_spread,
                 horovod_cycle_s=p.horovod_cycle_s, fusion_copies=p.fusion_copies,
                 nccl_channels=p.nccl_channels, sms=p.sms,

@@ -96,7 +96,9 @@ def report(*, preset: str, gpus: int, batch: int, epochs: float,
         f"{t['hcas_per_node']} x {t['hca_bw'] / 1e9:g} GB/s/node, ring {t['ib_latency'] * 1e6:g} "
         f"us/step, {tree}; {t['call_latency'] * 1e6:g} us/call",
         f"per GPU: batch {head['per_gpu_batch']}, compute {head['images_per_gpu_s_compute']:,.0f} "
-        f"img/s alone (at lock-step: forward {head['forward_s'] * 1e3:.2f} ms, "
+        + ("img/s alone (given; " if head["compute_given"] else
+           f"img/s alone (fixed cost of a step = {head['train_fixed_cost_batch']:.1f} images; ")
+        + f"at lock-step: forward {head['forward_s'] * 1e3:.2f} ms, "
         f"backward {head['backward_s'] * 1e3:.2f} ms;"
         f" update {head['update_s'] * 1e3:.2f} ms); {grouping}",
         f"lock-step over {gpus} GPUs: compute x{head['lockstep']:.3f} (step-time jitter "

@@ -5,13 +5,15 @@ the lock-step factor is a numerical integral (Simpson, 4,000 steps), checked aga
 forms to 1e-9 (normal jitter) and 1e-6 (one term vanishing in the convolution), z(2048) to 1e-3;
 "never shorter than compute" allows 1e-15 s of rounding; "non-increasing-ish" efficiency
 allows a rise of at most 1e-3 between consecutive GPU counts (a node-count change can shift
-a group's start by a few microseconds); the MAC count is checked to 1 %.
+a group's start by a few microseconds); the MAC count is checked to 1 %; the small-batch
+compute model against exact step-time lines to 1e-9 (two-point fits of rounded rates).
 """
 import json
 import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -298,3 +300,66 @@ def test_preset_grouping_and_stragglers():
     assert head["compute_s"] == pytest.approx(
         (40 / head["images_per_gpu_s_compute"] - head["update_s"]) * head["lockstep"], rel=1e-12)
     assert head["iteration_s"] >= head["compute_s"] + head["update_s"]
+
+
+def _line(t0, c, batches=(1, 2, 4, 8, 16, 32, 64, 128, 192, 256)):
+    """(batch, img/s) of a step that costs t0 + c * batch seconds."""
+    return tuple((b, b / (t0 + c * b)) for b in batches)
+
+
+def test_fixed_cost_batch_closed_form():
+    # an exact line gives h = t0 / c at every batch (inside, below and above the table)
+    for t0, c in ((2e-3, 2e-4), (30e-3, 2.5e-3), (1e-6, 1e-3)):
+        for b in (1, 3, 40, 100, 192, 1000):
+            assert sim.fixed_cost_batch(_line(t0, c), b) == pytest.approx(t0 / c, rel=1e-9)
+    # the line through the two published batches that bracket b, not a global fit
+    curve = ((16, 16 / 5e-3), (32, 32 / 8e-3), (64, 64 / 16e-3))   # 5, 8, 16 ms
+    assert sim.fixed_cost_batch(curve, 20) == pytest.approx(2e-3 / (3e-3 / 16), rel=1e-12)
+    assert sim.fixed_cost_batch(curve, 40) == pytest.approx(0.0, abs=1e-12)   # 8 -> 16 ms: none
+    assert sim.fixed_cost_batch(curve, 4) == sim.fixed_cost_batch(curve, 16)  # clamped at ends
+    # a rate that falls with batch (time grows faster than linear) shows no fixed cost
+    assert sim.fixed_cost_batch(((64, 3776), (128, 3734)), 100) == 0.0
+    assert sim.fixed_cost_batch((), 40) == 0.0 and sim.fixed_cost_batch(((8, 10.0),), 8) == 0.0
+
+
+def test_training_throughput_is_fixed_plus_per_image_cost():
+    # inference h = 10, scoring h = 5, training h = 10 (same build): training doubles h -> 20;
+    # with X(ref) the published rate of a step costing c (20 + b), X(b) = b / (c (20 + b))
+    c = 0.5e-3
+    p = replace(sim.PRESETS["abci2019"], images_per_gpu_s=192 / (c * (20 + 192)), ref_batch=192,
+                infer_curve=_line(10 * 1e-4, 1e-4), score_shape=_line(5 * 2e-3, 2e-3),
+                train_shape=_line(10 * 6e-3, 6e-3, batches=(1, 2, 4, 8, 16, 32, 64, 128)),
+                fixed_cost_curve=())
+    for b in (1, 7, 40, 42, 100, 192):
+        assert sim.train_fixed_cost_batch(p, b) == pytest.approx(20.0, rel=1e-9)
+        assert sim.per_gpu_throughput(p, b) == pytest.approx(b / (c * (20 + b)), rel=1e-9)
+    assert sim.per_gpu_throughput(p, 512) == pytest.approx(p.images_per_gpu_s, rel=1e-12)  # cap
+    # without the training/scoring pair, training is taken to lose what inference loses (h = 10)
+    q = replace(p, train_shape=(), score_shape=())
+    assert sim.train_fixed_cost_batch(q, 40) == pytest.approx(10.0, rel=1e-9)
+
+
+def test_abci2019_compute_from_the_published_tables():
+    # independent arithmetic on the published figures (img/s) at the batches around 40:
+    # NVIDIA 19.07 V100 fp16 inference 3240 @ 32, 3776 @ 64; MXNet FAQ V100 fp32 training
+    # 298.51 / 343.19, scoring 1076.81 / 1168.37; NVIDIA training 1427 img/s @ 192
+    def h(x32, x64):
+        t32, t64 = 32 / x32, 64 / x64
+        c = (t64 - t32) / 32
+        return (t32 - 32 * c) / c
+    h16 = h(3240, 3776) * h(298.51, 343.19) / h(1076.81, 1168.37)
+    p = sim.PRESETS["abci2019"]
+    assert sim.train_fixed_cost_batch(p, 40) == pytest.approx(h16, rel=1e-12)
+    assert h16 == pytest.approx(24.0, abs=0.05)
+    x40 = 1427 * 40 / (40 + h16) * (192 + h16) / 192
+    assert sim.per_gpu_throughput(p, 40) == pytest.approx(x40, rel=1e-12)
+    assert sim.predict()["images_per_gpu_s_compute"] == pytest.approx(x40, rel=1e-12)
+    assert sim.per_gpu_throughput(p, 192) == pytest.approx(1427, rel=1e-12)
+
+
+def test_inference_factor_is_the_running_maximum():
+    p = sim.PRESETS["abci2019"]          # 3240 @ 32, 3776 @ 64, then lower: the max is 3776
+    assert sim.inference_factor(p, 32) == pytest.approx(3240 / 3776, rel=1e-12)
+    assert sim.inference_factor(p, 40) == pytest.approx((3240 + 536 / 4) / 3776, rel=1e-12)
+    assert sim.inference_factor(p, 128) == 1.0 == sim.inference_factor(p, 192)
+    assert sim.inference_factor(p, 0.5) == pytest.approx(397 / 2 / 3776, rel=1e-12)
