@@ -326,7 +326,7 @@ def _paired_note(ranks: dict, r) -> str:
         return ""
     q = statistics.quantiles(pr, n=4, method="inclusive") if len(pr) > 1 else [pr[0]] * 3
     return (f" yasgd vs the baseline at 2 ranks, same launch: median of {len(pr)} paired rounds "
-            f"(baseline step / yasgd step, every launch) {statistics.median(pr):.3f}x, quartiles "
+            f"(baseline step / yasgd step, every launch) {ranks['paired_ratio']:.3f}x, quartiles "
             f"{q[0]:.3f}-{q[2]:.3f}, yasgd faster in {sum(x > 1 for x in pr)} of {len(pr)}; the "
             f"ratio of the medians of the table's launch alone: "
             f"{(r('ranks', Y_HYB) or 0) / r('ranks', B_HYB):.3f}x.")
