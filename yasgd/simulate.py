@@ -377,8 +377,8 @@ def fixed_cost_batch(curve: Sequence[Tuple[int, float]], per_gpu_batch: float) -
 def train_fixed_cost_batch(preset: Preset, per_gpu_batch: float) -> float:
     """h of a training step at this batch: the preset GPU's (fp16) inference h times the ratio of
     training h to inference h in the preset's pair of same-build tables (MXNet's V100 ones), read
-    at the batch clamped to where both tables have data. Assumption: training adds the same
-    factor to the fixed cost of a step in fp16 as MXNet's tables show in fp32."""
+    at the batch clamped to where both tables have data. Assumption: training multiplies h by
+    the same factor in fp16 as MXNet's tables show in fp32."""
     h = fixed_cost_batch(preset.fixed_cost_curve or preset.infer_curve, per_gpu_batch)
     if preset.train_shape and preset.score_shape:
         top = min(max(b for b, _ in preset.train_shape), max(b for b, _ in preset.score_shape))
