@@ -35,9 +35,13 @@ export HOROVOD_CACHE_CAPACITY="${HOROVOD_CACHE_CAPACITY:-1024}"
 # Two-level allreduce (intra-node, then inter-node); off on one host. On a
 # cluster (ABCI) set it to 1: Fujitsu's v0.6 run used a 2-stage allreduce.
 export HOROVOD_HIERARCHICAL_ALLREDUCE="${HOROVOD_HIERARCHICAL_ALLREDUCE:-0}"
-# Stall detection: warn after 60 s; shut down after 120 s instead of hanging.
+# Stalls: yasgd's own watchdog (run.stall_timeout_s, yasgd/watchdog.py) aborts a
+# job whose ranks stop making progress; Horovod's stall shutdown cannot, because
+# its controller waits in negotiation for the missing rank. So Horovod only warns
+# (naming the tensors some ranks have not submitted), earlier than the watchdog's
+# floor, and its shutdown stays off (0) unless set here.
 export HOROVOD_STALL_CHECK_TIME_SECONDS="${HOROVOD_STALL_CHECK_TIME_SECONDS:-60}"
-export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="${HOROVOD_STALL_SHUTDOWN_TIME_SECONDS:-120}"
+export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="${HOROVOD_STALL_SHUTDOWN_TIME_SECONDS:-0}"
 # Horovod's own log level (trace, debug, info, warning, error, fatal).
 export HOROVOD_LOG_LEVEL="${HOROVOD_LOG_LEVEL:-warning}"
 

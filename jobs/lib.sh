@@ -5,18 +5,31 @@
 # starts), and the mpirun line. Sourced by the job scripts, which set first:
 #   YASGD_HOME           the repository; the job runs there
 #   YASGD_CONFIG         the YAML config (relative to YASGD_HOME, or absolute)
-#   YASGD_RENDERED_ARGS  config overrides filled in by `yasgd jobs render` (array)
+#   YASGD_RENDERED_ARGS  config overrides filled in by `yasgd jobs render` (array;
+#                        each element one override, passed on exactly as it is)
 #   YASGD_MODULES        environment modules of the cluster (`module load`)
 # and then call `yasgd_job SCHEDULER JOB_ID HOST_LIST [section.key=value ...]`.
 # Besides jobs/common.sh, a user may set:
 #   YASGD_ARGS       more config overrides, section.key=value, split on spaces
+#                    (and tabs, newlines); nothing in them is expanded: no `$`,
+#                    quotes, backslashes or globs, a `*` reaches the training as `*`
 #   YASGD_NAME       prefix of the run directory (default: the config's file name)
 #   YASGD_PYTHON     the interpreter (default: YASGD_HOME/.venv/bin/python, else python3)
 #   YASGD_TRAIN_CMD  what each rank runs instead of `YASGD_PYTHON -m yasgd.cli train`
-#                    (split on spaces; it receives the config and the overrides)
+#                    (split as YASGD_ARGS; it receives the config and the overrides)
+# Values are passed on as array elements and never evaluated again: no eval, no
+# unquoted expansion; job.txt and command.sh hold them %q-quoted, one per word.
 
 yasgd_log() { printf '[yasgd-job] %s\n' "$*" >&2; }
 yasgd_die() { yasgd_log "error: $*"; exit 2; }
+
+# yasgd_split TEXT: the words of TEXT, split on blanks, into the array
+# YASGD_WORDS. `read -r -a` splits on IFS only: it expands no globs, no `$` and
+# no quotes, and -r keeps backslashes; -d '' reads every line, not the first.
+yasgd_split() {
+  YASGD_WORDS=()
+  IFS=$' \t\n' read -r -d '' -a YASGD_WORDS <<< "$1" || true
+}
 
 # Load YASGD_MODULES when the cluster has environment modules; a machine without
 # a `module` command (a laptop, CI) runs with the environment it has.
@@ -33,7 +46,8 @@ yasgd_load_modules() {
   fi
   [ -n "${YASGD_MODULES:-}" ] || return 0
   local mods=()
-  read -r -a mods <<< "$YASGD_MODULES"
+  yasgd_split "$YASGD_MODULES"
+  mods=("${YASGD_WORDS[@]}")
   set +u
   module load "${mods[@]}" || yasgd_die "module load ${mods[*]} failed"
   set -u
@@ -98,7 +112,7 @@ yasgd_new_run_dir() {
     i=$((i + 1))
     dir="$(cd "$YASGD_RUNS" && pwd)/$base.$i"
   done
-  echo "$dir"
+  printf '%s\n' "$dir"
 }
 
 # yasgd_job SCHEDULER JOB_ID HOST_LIST [section.key=value ...]
@@ -122,13 +136,17 @@ yasgd_job() {
   # Overrides: rendered ones, then YASGD_ARGS, then the script's arguments;
   # run.dir is the job's run directory, always.
   local env_args=() args=()
-  read -r -a env_args <<< "${YASGD_ARGS:-}"
+  yasgd_split "${YASGD_ARGS:-}"
+  env_args=("${YASGD_WORDS[@]}")
   args=("${YASGD_RENDERED_ARGS[@]}" "${env_args[@]}" "$@")
 
   # Ranks: one per GPU; without GPUs, one per slot the scheduler gave.
   local gpus name run_dir
   gpus=$(yasgd_gpus_per_node)
   name=${YASGD_NAME:-$(basename "${YASGD_CONFIG%.*}")}
+  # The run directory's name keeps [A-Za-z0-9._+-] only: it becomes part of
+  # the run.dir override, whose value the config parses as YAML.
+  name=${name//[^A-Za-z0-9._+-]/_}
   run_dir=$(yasgd_new_run_dir "$name-$sched-${jobid//\//_}")
   if [ -n "$hostlist" ] && [ -f "$hostlist" ]; then
     cp "$hostlist" "$run_dir/hostlist.orig"
@@ -161,7 +179,7 @@ yasgd_job() {
     echo "nodes=$YASGD_NNODES"
     echo "ranks=$YASGD_NP"
     echo "gpus_per_node=$gpus"
-    echo "config=$YASGD_CONFIG"
+    printf 'config=%q\n' "$YASGD_CONFIG"
     printf 'overrides='; printf '%q ' "${args[@]}"; echo
     echo "start_utc=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   } > "$run_dir/job.txt"
@@ -177,9 +195,12 @@ yasgd_job() {
       'import sys; from yasgd.launch import single_copy_allowed as ok; sys.exit(not ok())'; then
     mpi+=(--mca btl_vader_single_copy_mechanism none)
   fi
-  local extra=() var
-  read -r -a extra <<< "${YASGD_MPI_ARGS:-}"
-  mpi+=("${extra[@]}")
+  # where a stopped run leaves its marker (exported to every rank below)
+  export YASGD_STOP_FILE="$run_dir/stopped"
+  rm -f "$YASGD_STOP_FILE"
+  local var
+  yasgd_split "${YASGD_MPI_ARGS:-}"
+  mpi+=("${YASGD_WORDS[@]}")
   for var in $(compgen -e); do
     case $var in
       OMP_*|KMP_*|MXNET_*|HOROVOD_*|NCCL_*|UCX_*|PYTHON*|YASGD_*|PATH|LD_LIBRARY_PATH) mpi+=(-x "$var") ;;
@@ -187,7 +208,8 @@ yasgd_job() {
   done
   local train=()
   if [ -n "${YASGD_TRAIN_CMD:-}" ]; then
-    read -r -a train <<< "$YASGD_TRAIN_CMD"
+    yasgd_split "$YASGD_TRAIN_CMD"
+    train=("${YASGD_WORDS[@]}")
   else
     train=("$py" -m yasgd.cli train)
   fi
@@ -195,13 +217,33 @@ yasgd_job() {
   printf '%q ' "${cmd[@]}" > "$run_dir/command.sh"
   echo >> "$run_dir/command.sh"
 
-  yasgd_log "starting: ${cmd[*]}"
-  if "${cmd[@]}" 2>&1 | tee -a "$run_dir/job.log"; then
+  yasgd_log "starting: $(printf '%q ' "${cmd[@]}")"
+  # Signals (a walltime, scancel, qdel, Ctrl-C) reach the ranks, which stop together
+  # at one step with a checkpoint and leave $YASGD_STOP_FILE (yasgd/faults.py). This
+  # shell's traps run only once the pipeline has ended, so it waits for mpirun; the
+  # log's tee ignores the signals, so that no rank loses its output.
+  local got_signal=""
+  trap 'got_signal=SIGTERM' TERM
+  trap 'got_signal=SIGINT' INT
+  if "${cmd[@]}" 2>&1 | (trap '' TERM INT; exec tee -a "$run_dir/job.log"); then
     status=0
   else
     status=${PIPESTATUS[0]}
   fi
+  trap - TERM INT
+  local stopped="" ckpt=""
+  if [ -f "$YASGD_STOP_FILE" ]; then
+    read -r stopped ckpt < "$YASGD_STOP_FILE" || true
+    case $stopped in SIGINT) status=130 ;; *) stopped=SIGTERM; status=143 ;; esac
+  fi
   echo "$status" > "$run_dir/exit_status"
-  yasgd_log "mpirun exited with status $status; run directory: $run_dir"
+  if [ -n "$stopped" ]; then
+    # (mpirun, when signalled itself, may drop the ranks' last lines: this one says it all)
+    yasgd_log "stopped by $stopped with checkpoint ${ckpt:-?} (exit status $status);" \
+      "continue with run.resume=auto; run directory: $run_dir"
+  else
+    [ -z "$got_signal" ] || yasgd_log "$got_signal received; the job ended before it took effect"
+    yasgd_log "mpirun exited with status $status; run directory: $run_dir"
+  fi
   return "$status"
 }

@@ -1,4 +1,4 @@
-"""Checkpoints: atomic save, validation, and the choice of the one to resume from.
+"""Checkpoints: atomic save, verification, and the listing of the ones to resume from.
 
 A checkpoint is a directory ``<run_dir>/ckpt-<E>`` (E epochs done) or, when
 written in the middle of an epoch (SIGTERM, ``train.max_steps``),
@@ -15,16 +15,26 @@ written in the middle of an epoch (SIGTERM, ``train.max_steps``),
     state.json         step, epoch, steps per epoch, world size, training seconds so
                        far, optimizer counters (``num_update``, per-index update
                        counts, LARS ``_last_lr``), the state structure, the config
-                       digest and the config, and each file's size and SHA-256
+                       digest and the config
+    MANIFEST.json      size and SHA-256 of every file above, state.json included
+    MANIFEST.sha256    the SHA-256 of MANIFEST.json (``sha256sum -c`` reads it)
+
+No file holds its own digest: the manifest covers state.json and the data files,
+MANIFEST.sha256 covers the manifest, so an edit of any of them (state.json or the
+manifest included) is found by :func:`verify`. It detects damage and stray edits,
+not forgery: whoever rewrites a file, the manifest and its digest consistently
+makes a checkpoint that verifies. Format-1 checkpoints (no manifest, an older
+yasgd) are reported as such and not resumed.
 
 Writing (a collective; the run directory must be shared by the ranks, as it is
 on a cluster): every file goes into ``.tmp-<name>``, fsync'ed; after a barrier
-rank 0 writes ``state.json`` last, fsyncs the directory, renames it (atomic on
-POSIX) and fsyncs the run directory; a last barrier makes "save returned" mean
-"the checkpoint exists" everywhere. The newest ``train.keep_checkpoints`` are
-kept; a killed writer leaves only a ``.tmp-`` directory (removed at the next
-save) and the previous checkpoints untouched. :func:`latest_valid` never returns
-a half-written checkpoint (state.json parses, every file there with its size).
+rank 0 writes ``state.json``, then the manifest, then its digest, fsyncs the
+directory, renames it (atomic on POSIX) and fsyncs the run directory; a last
+barrier makes "save returned" mean "the checkpoint exists" everywhere. The newest
+``train.keep_checkpoints`` valid ones are kept; a killed writer leaves only a
+``.tmp-`` directory (removed at the next save) and the previous checkpoints
+untouched. A damaged checkpoint is never deleted: pruning ignores it, and when a
+new checkpoint needs its name it is renamed ``damaged-<name>-<time>``.
 
 RNG state: none is needed. Every random stream of training is a pure function
 of (run.seed, epoch, rank[, batch]) (the data loaders), and MXNet's and NumPy's
@@ -32,9 +42,7 @@ global generators are used only by the initialization, which a resume
 overwrites: resuming at an epoch boundary reproduces the uninterrupted run bit
 for bit; mid-epoch, ``train_epoch`` replays the epoch's loader up to the step.
 
-Resume: :func:`find_resume` (rank 0, ``run.resume``: ``auto`` = the newest valid
-checkpoint of the newest run directory ``<run.dir>/<run.name>-<stamp>`` that has
-one; or a checkpoint / run directory), loading on every rank in :mod:`yasgd.resume`.
+Which checkpoint to resume from, and the loading on every rank: :mod:`yasgd.resume`.
 The config must match the checkpoint's except for :data:`NOT_IN_DIGEST`.
 """
 from __future__ import annotations
@@ -47,24 +55,35 @@ import shutil
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from yasgd import UsageError
-
-FORMAT = 1
+FORMAT = 2
 PARAMS, STATES, STATE = "model.params", "optimizer.states", "state.json"
+MANIFEST, MANIFEST_DIGEST = "MANIFEST.json", "MANIFEST.sha256"
+#: Fields every state.json has (written by :func:`_finish`, read by yasgd.resume).
+STATE_FIELDS = ("format", "step", "epoch", "steps_per_epoch", "world_size", "elapsed_s", "optimizer",
+                "params", "config_digest", "config")
+OPTIMIZER_FIELDS = ("class", "num_update", "begin_num_update", "index_update_counts", "states")
+#: Checkpoint directory names: ``ckpt-<E>`` or ``ckpt-<E>-step<S>``.
+NAME = re.compile(r"ckpt-(\d+)(?:-step(\d+))?")
 #: Test hook, not a tuning knob: seconds to sleep after the files are written and
 #: before the temporary directory is renamed, so that a test can kill the writer
 #: in the middle of a checkpoint (tests/e2e/test_resume.py). Unset in real runs.
 DELAY_ENV = "YASGD_TEST_CHECKPOINT_DELAY"
 #: Config keys that may differ between a checkpoint and the run that resumes it
 #: (they do not change the trajectory: naming, logging, stopping, checkpointing).
-NOT_IN_DIGEST = ("run.name", "run.dir", "run.resume", "train.progress", "train.max_steps",
+NOT_IN_DIGEST = ("run.name", "run.dir", "run.resume", "run.stall_timeout_s",
+                 "train.progress", "train.max_steps",
                  "train.log_interval", "train.checkpoint_every", "train.keep_checkpoints",
                  "train.eval_every", "train.eval_offset", "train.target_accuracy",
                  "data.threads", "comm.check_init", "mlperf")
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint is missing, incomplete or inconsistent."""
+    """A checkpoint is missing, incomplete, damaged or inconsistent: ``reason`` says
+    what, ``path`` (when known) which checkpoint."""
+
+    def __init__(self, reason: str, path: Optional[str] = None):
+        super().__init__(f"{path}: {reason}" if path else reason)
+        self.reason, self.path = reason, path
 
 
 # -- config digest ---------------------------------------------------------------
@@ -80,7 +99,7 @@ def config_digest(cfg) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-# -- finding and validating ----------------------------------------------------------
+# -- verifying -----------------------------------------------------------------------
 def sha256(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -89,52 +108,156 @@ def sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def validate(path: str, deep: bool = False) -> Dict[str, Any]:
-    """The checkpoint's state.json, or CheckpointError saying what is wrong.
+def check_file(path: str, name: str, meta: Dict[str, Any], deep: bool = True) -> None:
+    """File ``name`` of checkpoint ``path`` against its manifest entry: present, its
+    size, and (``deep``) its SHA-256; CheckpointError saying which fails."""
+    fpath = os.path.join(path, name)
+    if not os.path.isfile(fpath):
+        raise CheckpointError(f"{name} is missing", path)
+    size = os.path.getsize(fpath)
+    if size != meta["size"]:
+        raise CheckpointError(f"{name} has {size} bytes, {meta['size']} expected"
+                              + (" (truncated)" if size < meta["size"] else ""), path)
+    if deep and sha256(fpath) != meta["sha256"]:
+        raise CheckpointError(f"{name} does not match its SHA-256 (damaged or edited)", path)
 
-    Checks that state.json parses and has the expected fields, and that every
-    file it lists exists with its recorded size (``deep``: and SHA-256).
-    """
-    spath = os.path.join(path, STATE)
+
+def read_manifest(path: str) -> Dict[str, Dict[str, Any]]:
+    """{file: {"size", "sha256"}} of checkpoint ``path``, after checking the manifest
+    against MANIFEST.sha256; CheckpointError if either is missing, unreadable or edited."""
+    dpath, mpath = os.path.join(path, MANIFEST_DIGEST), os.path.join(path, MANIFEST)
+    if not os.path.isfile(dpath):
+        raise CheckpointError(_without_manifest(path), path)
     try:
-        with open(spath) as f:
+        with open(dpath) as f:
+            want = f.read().split()[0]   # "<sha256>  MANIFEST.json", as sha256sum writes it
+    except IndexError:
+        raise CheckpointError(f"{MANIFEST_DIGEST} is empty", path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"cannot read {MANIFEST_DIGEST}: {e}", path)
+    if not os.path.isfile(mpath):
+        raise CheckpointError(f"{MANIFEST} is missing", path)
+    if sha256(mpath) != want:
+        raise CheckpointError(f"{MANIFEST} does not match {MANIFEST_DIGEST} (damaged or edited)", path)
+    try:
+        with open(mpath) as f:
+            manifest = json.load(f)
+        files = manifest["files"]
+        ok = manifest["format"] == FORMAT and all(
+            isinstance(m["size"], int) and isinstance(m["sha256"], str) for m in files.values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        ok = False
+    if not ok:
+        raise CheckpointError(f"{MANIFEST} is not a yasgd manifest of format {FORMAT}", path)
+    unlisted = [n for n in (PARAMS, STATES, STATE) if n not in files]
+    if unlisted:
+        raise CheckpointError(f"{MANIFEST} does not list {', '.join(unlisted)}", path)
+    return files
+
+
+def _without_manifest(path: str) -> str:
+    """Why a directory without MANIFEST.sha256 is not a checkpoint this yasgd reads."""
+    try:
+        with open(os.path.join(path, STATE)) as f:
+            old = json.load(f).get("format")
+    except (OSError, ValueError, AttributeError):
+        old = None
+    if isinstance(old, int) and old < FORMAT:
+        return (f"written by an older yasgd (checkpoint format {old}; this one reads format "
+                f"{FORMAT}): resume it with that version, or start a new run")
+    return f"{MANIFEST_DIGEST} is missing"
+
+
+def _read_state(path: str) -> Dict[str, Any]:
+    """state.json of ``path`` with its fields checked (its bytes were checked already)."""
+    try:
+        with open(os.path.join(path, STATE)) as f:
             state = json.load(f)
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: cannot read {STATE}: {e}")
-    if not isinstance(state, dict) or state.get("format") != FORMAT or "files" not in state:
-        raise CheckpointError(f"{path}: {STATE} is not a yasgd checkpoint of format {FORMAT}")
-    for name, meta in state["files"].items():
-        fpath = os.path.join(path, name)
-        if not os.path.isfile(fpath):
-            raise CheckpointError(f"{path}: {name} is missing")
-        if os.path.getsize(fpath) != meta["size"]:
-            raise CheckpointError(f"{path}: {name} has {os.path.getsize(fpath)} bytes, "
-                                  f"{meta['size']} expected (truncated?)")
-        if deep and sha256(fpath) != meta["sha256"]:
-            raise CheckpointError(f"{path}: {name} does not match its SHA-256")
+        raise CheckpointError(f"cannot read {STATE}: {e}", path)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{STATE} is not a JSON object", path)
+    opt = state.get("optimizer") if isinstance(state.get("optimizer"), dict) else {}
+    missing = [k for k in STATE_FIELDS if k not in state] + [
+        f"optimizer.{k}" for k in OPTIMIZER_FIELDS if k not in opt]
+    if missing:
+        raise CheckpointError(f"{STATE} lacks {', '.join(missing)}", path)
+    if state["format"] != FORMAT:
+        raise CheckpointError(f"{STATE} has format {state['format']!r}, {FORMAT} expected", path)
+    ints = [state[k] for k in ("step", "epoch", "steps_per_epoch", "world_size")]
+    if (not all(isinstance(v, int) for v in ints) or not isinstance(state["params"], list)
+            or not isinstance(state["elapsed_s"], (int, float)) or state["steps_per_epoch"] < 1
+            or state["world_size"] < 1 or state["step"] < 0
+            or state["epoch"] != state["step"] // state["steps_per_epoch"]):
+        raise CheckpointError(f"{STATE} is inconsistent (step {state['step']!r}, epoch "
+                              f"{state['epoch']!r}, {state['steps_per_epoch']!r} steps per epoch)",
+                              path)
     return state
 
 
-def list_valid(run_dir: str) -> List[Tuple[int, str]]:
-    """(step, path) of every valid checkpoint in run_dir, oldest first."""
-    found = []
+def verify(path: str, deep: bool = True) -> Tuple[Dict[str, Any], Dict[str, Dict[str, Any]]]:
+    """(state, manifest files) of checkpoint ``path``, or CheckpointError naming every problem.
+
+    The manifest against its digest, every file it lists present with its size and
+    (``deep``) its SHA-256, state.json's fields, and an ``aux-rank<r>.params`` listed
+    for every rank r >= 1 of the world that wrote it. Without ``deep`` (the quick
+    check of pruning and listing) a same-size change of a data file goes unseen.
+    """
+    if not os.path.isdir(path):
+        raise CheckpointError("is not a directory", path)
+    files = read_manifest(path)
+    problems = []
+    for name in sorted(files, key=lambda n: (n == STATE, n)):
+        try:
+            check_file(path, name, files[name], deep)
+        except CheckpointError as e:
+            problems.append(e.reason)
+    if problems:
+        raise CheckpointError("; ".join(problems), path)
+    state = _read_state(path)
+    unlisted = [aux_name(r) for r in range(1, state["world_size"]) if aux_name(r) not in files]
+    if unlisted:
+        raise CheckpointError(f"{MANIFEST} does not list {', '.join(unlisted[:3])}", path)
+    return state, files
+
+
+def validate(path: str, deep: bool = False) -> Dict[str, Any]:
+    """The state.json of checkpoint ``path`` after :func:`verify`."""
+    return verify(path, deep)[0]
+
+
+# -- listing -------------------------------------------------------------------------
+def name_key(path: str) -> Optional[Tuple[int, int]]:
+    """(epochs, step within the name or 0) of a checkpoint directory's name: sorts
+    ckpt-1 < ckpt-1-step6 < ckpt-2 without reading anything; None for other names."""
+    m = NAME.fullmatch(os.path.basename(path))
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
+def checkpoints(run_dir: str) -> List[str]:
+    """The checkpoint directories of run_dir, valid or not, newest first (by name)."""
     try:
         names = os.listdir(run_dir)
     except OSError:
         return []
-    for name in names:
-        if not name.startswith("ckpt-"):
-            continue
-        path = os.path.join(run_dir, name)
+    found = [(name_key(n), os.path.join(run_dir, n)) for n in names
+             if NAME.fullmatch(n) and os.path.isdir(os.path.join(run_dir, n))]
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def list_valid(run_dir: str) -> List[Tuple[int, str]]:
+    """(step, path) of every checkpoint in run_dir that passes the quick check, oldest first."""
+    found = []
+    for path in checkpoints(run_dir):
         try:
             found.append((int(validate(path)["step"]), path))
-        except (CheckpointError, KeyError, TypeError, ValueError):
+        except CheckpointError:
             continue   # half-written or damaged: skipped
     return sorted(found)
 
 
 def latest_valid(run_dir: str) -> Optional[str]:
-    """The newest (highest step) valid checkpoint in run_dir, or None."""
+    """The newest (highest step) checkpoint in run_dir that passes the quick check, or None."""
     found = list_valid(run_dir)
     return found[-1][1] if found else None
 
@@ -149,33 +272,6 @@ def run_dirs(parent: str, name: str) -> List[str]:
     return [os.path.abspath(os.path.join(parent, d)) for d in sorted(names, reverse=True)]
 
 
-def find_resume(cfg) -> Optional[str]:
-    """The checkpoint ``run.resume`` asks for (rank 0 decides), or None for a fresh run."""
-    how = cfg.run.resume
-    if how in ("none", ""):
-        return None
-    if how == "auto":
-        for d in run_dirs(cfg.run.dir, cfg.run.name):
-            ckpt = latest_valid(d)
-            if ckpt:
-                return ckpt
-        return None
-    path = os.path.abspath(how)
-    if os.path.isfile(os.path.join(path, STATE)):
-        try:
-            validate(path)
-        except CheckpointError as e:
-            raise UsageError(f"run.resume: {e}")
-        return path
-    if os.path.isdir(path):
-        ckpt = latest_valid(path)
-        if ckpt:
-            return ckpt
-        raise UsageError(f"run.resume: no valid checkpoint in {path}")
-    raise UsageError(f"run.resume: {how} is neither a checkpoint nor a run directory "
-                     f"(or use run.resume=auto / none)")
-
-
 # -- saving ------------------------------------------------------------------------
 def _fsync(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
@@ -183,6 +279,24 @@ def _fsync(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_synced(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_manifest(path: str, names: List[str]) -> None:
+    """MANIFEST.json (size and SHA-256 of each of ``names`` in directory ``path``),
+    then MANIFEST.sha256, each fsync'ed."""
+    files = {n: {"size": os.path.getsize(os.path.join(path, n)), "sha256": sha256(os.path.join(path, n))}
+             for n in names}
+    text = json.dumps({"format": FORMAT, "files": files}, indent=1, sort_keys=True) + "\n"
+    _write_synced(os.path.join(path, MANIFEST), text)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    _write_synced(os.path.join(path, MANIFEST_DIGEST), f"{digest}  {MANIFEST}\n")
 
 
 def _optimizer_state(trainer, net) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -231,12 +345,19 @@ def due(cfg, epoch: int) -> bool:
     return n > 0 and (epoch + 1) % n == 0
 
 
+def _is_checkpoint_of(path: str, step: int) -> bool:
+    try:
+        return os.path.exists(path) and verify(path, deep=True)[0]["step"] == step
+    except CheckpointError:
+        return False
+
+
 def save(s, step: int, elapsed: float) -> Optional[str]:
     """Checkpoint the state after ``step`` steps (a collective: every rank calls it).
 
     Returns the checkpoint's path (every rank), or None when the run has no run
-    directory or ``train.keep_checkpoints`` is 0. A valid checkpoint of the same
-    step that is already there is kept, not rewritten.
+    directory or ``train.keep_checkpoints`` is 0. A checkpoint of the same step
+    that is already there and verifies (every SHA-256) is kept, not rewritten.
     """
     if not s.run_dir or s.cfg.train.keep_checkpoints <= 0:
         return None
@@ -245,10 +366,7 @@ def save(s, step: int, elapsed: float) -> Optional[str]:
     tmp = os.path.join(s.run_dir, f".tmp-{os.path.basename(path)}")
     fresh = False
     if world.is_root:
-        try:
-            fresh = int(validate(path)["step"]) != step
-        except (CheckpointError, KeyError, TypeError, ValueError):
-            fresh = True
+        fresh = not _is_checkpoint_of(path, step)
         if fresh:
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)
@@ -292,39 +410,34 @@ def mx_save(path: str, arrays: Dict[str, Any]) -> None:
 
 
 def _finish(s, tmp: str, path: str, step: int, elapsed: float, opt_desc: Dict[str, Any]) -> None:
-    """Rank 0: state.json (sizes and SHA-256 of every file), fsync, rename, prune."""
+    """Rank 0: state.json, the manifest and its digest, fsync, rename, prune."""
     names = [PARAMS, STATES] + [aux_name(r) for r in range(1, s.world.size)]
-    files = {}
-    for fname in names:
-        fpath = os.path.join(tmp, fname)
-        files[fname] = {"size": os.path.getsize(fpath), "sha256": sha256(fpath)}
     state = {"format": FORMAT, "step": int(step), "epoch": int(step // s.steps_per_epoch),
              "steps_per_epoch": int(s.steps_per_epoch), "world_size": int(s.world.size),
              "elapsed_s": float(elapsed), "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
              "seed": int(s.cfg.run.seed), "optimizer": opt_desc,
              "params": list(structural_params(s.net)),
-             "config_digest": config_digest(s.cfg), "config": trajectory_config(s.cfg),
-             "files": files}
-    with open(os.path.join(tmp, STATE), "w") as f:
-        json.dump(state, f, indent=1, default=str)
-        f.flush()
-        os.fsync(f.fileno())
+             "config_digest": config_digest(s.cfg), "config": trajectory_config(s.cfg)}
+    _write_synced(os.path.join(tmp, STATE), json.dumps(state, indent=1, default=str))
+    write_manifest(tmp, names + [STATE])
     delay = float(os.environ.get(DELAY_ENV, "0") or 0)
     if delay > 0:
         time.sleep(delay)   # test hook only (see DELAY_ENV)
     _fsync(tmp)
     run_dir, name = os.path.split(path)
-    if os.path.exists(path):   # an invalid leftover of the same name
-        trash = os.path.join(run_dir, f".tmp-trash-{name}")
-        os.rename(path, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+    if os.path.exists(path):   # a damaged one of the same name (save checked): kept, renamed
+        aside = os.path.join(run_dir, f"damaged-{name}-{int(time.time())}")
+        os.rename(path, aside)
+        s.log.say(f"note: the damaged checkpoint {path} is kept as {os.path.basename(aside)}; "
+                  f"a new {name} replaces it")
     os.rename(tmp, path)
     _fsync(run_dir)
     _prune(run_dir, s.cfg.train.keep_checkpoints, keep=path)
 
 
 def _prune(run_dir: str, keep_n: int, keep: str) -> None:
-    """Keep the newest keep_n valid checkpoints; remove older ones and stale temp dirs."""
+    """Keep the newest keep_n valid checkpoints; remove older valid ones and stale temp
+    dirs. Damaged checkpoints are left alone (for whoever looks into the damage)."""
     for name in os.listdir(run_dir):
         if name.startswith(".tmp-"):
             shutil.rmtree(os.path.join(run_dir, name), ignore_errors=True)

@@ -9,16 +9,59 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from yasgd import UsageError
 
 BENCHES = ("optimizer", "allreduce", "init", "throughput", "data", "largebatch", "overlap")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line, ``yasgd: error: <subcommand>: <message>``, exit 2
+    (instead of the usage block and ``yasgd <sub>: error:``); ``--help`` is unchanged."""
+
+    def error(self, message: str):
+        sub = self.prog[len("yasgd"):].strip()
+        text = " ".join(message.split())
+        self.exit(2, f"yasgd: error: {sub + ': ' if sub else ''}{text} (see {self.prog} --help)\n")
+
+
+def _integer(lo: int) -> Callable[[str], int]:
+    """argparse type: an integer >= lo."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < lo:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
+        return value
+    return parse
+
+
+def _positive(text: str) -> float:
+    """argparse type: a finite number > 0 (not nan, not inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _preset(text: str) -> str:
+    from yasgd.simulate import PRESETS
+    if text not in PRESETS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(PRESETS)}, got {text!r}")
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="yasgd", description=__doc__.splitlines()[0])
+    p = _Parser(prog="yasgd", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train from a YAML config (1 rank, or N under mpirun/horovodrun)")
@@ -28,20 +71,37 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check-config", help="load and validate a config for a world size, print it resolved")
     c.add_argument("config")
     c.add_argument("overrides", nargs="*", metavar="section.key=value")
-    c.add_argument("--world-size", type=int, default=1)
+    c.add_argument("--world-size", type=_integer(1), default=1, help="ranks (>= 1)")
+
+    def int_in(lo: int, hi: Optional[int] = None):
+        """argparse type: an int in [lo, hi]; argparse names the argument in the error."""
+        def parse(text: str) -> int:
+            try:
+                value = int(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+            if value < lo or (hi is not None and value > hi):
+                bounds = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+                raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
+            return value
+        return parse
 
     d = sub.add_parser("data", help="dataset tools")
     dsub = d.add_subparsers(dest="data_command", required=True)
     r = dsub.add_parser("im2rec", help="ImageNet-layout folder -> train/val RecordIO")
     r.add_argument("src", help="folder with train/<class>/*.JPEG and val/<class>/*.JPEG")
-    r.add_argument("dst", help="output folder for train.rec/.idx, val.rec/.idx, classes.txt")
-    r.add_argument("--resize", type=int, default=256, help="shorter side in pixels (0 = keep)")
-    r.add_argument("--quality", type=int, default=95, help="JPEG quality")
-    r.add_argument("--workers", type=int, default=2)
+    r.add_argument("dst", help="output folder for train/val .rec/.idx/.digests, classes.txt")
+    r.add_argument("--resize", type=int_in(0), default=256,
+                   help="shorter side in pixels (0 = keep)")
+    r.add_argument("--quality", type=int_in(1, 100), default=95, help="JPEG quality 1..100")
+    r.add_argument("--workers", type=int_in(1), default=2)
     r.add_argument("--verify", action="store_true", help="read every record back")
     r.add_argument("--no-progress", action="store_true")
-    v = dsub.add_parser("verify", help="read every record of a .rec/.idx pair back")
+    v = dsub.add_parser("verify", help="check every record of a .rec/.idx pair (exit 1: damaged)")
     v.add_argument("prefix", help="path without extension, e.g. data/train")
+    v.add_argument("--headers-only", action="store_true",
+                   help="fast: record framing and header only (no digest, no decode)")
+    v.add_argument("--threads", type=int_in(1), default=2, help="decoding threads")
 
     j = sub.add_parser("jobs", help="cluster job scripts")
     jsub = j.add_subparsers(dest="jobs_command", required=True)
@@ -59,19 +119,21 @@ def _parser() -> argparse.ArgumentParser:
         jr.add_argument("overrides", nargs="*", metavar="section.key=value")
 
     s = sub.add_parser("simulate", help="scaling model of synchronous data-parallel training")
-    s.add_argument("--preset", default="abci2019")
-    s.add_argument("--gpus", type=int, default=2048)
-    s.add_argument("--batch", type=int, default=81920, help="global mini-batch")
-    s.add_argument("--epochs", type=float, default=90)
-    s.add_argument("--images-per-gpu-s", type=float, default=None,
+    s.add_argument("--preset", type=_preset, default="abci2019")
+    s.add_argument("--gpus", type=_integer(1), default=2048)
+    s.add_argument("--batch", type=_integer(1), default=81920, help="global mini-batch")
+    s.add_argument("--epochs", type=_positive, default=90)
+    s.add_argument("--images-per-gpu-s", type=_positive, default=None,
                    help="per-GPU compute throughput (default: the preset's)")
-    s.add_argument("--budget-bytes", type=int, default=None, help="allreduce group budget")
-    s.add_argument("--plot", default=None, help="write a PNG of efficiency against GPUs and budget")
-    s.add_argument("--json", default=None, help="write the prediction as JSON")
+    s.add_argument("--budget-bytes", type=_integer(1), default=None, help="allreduce group budget")
+    s.add_argument("--plot", default=None, help="write a PNG of efficiency against GPUs and budget "
+                   "(a directory: DIR/simulate.png)")
+    s.add_argument("--json", default=None, help="write the prediction as JSON "
+                   "(a directory: DIR/simulate.json)")
 
     b = sub.add_parser("bench", help="benchmarks (make bench-*)")
     b.add_argument("name", choices=BENCHES)
-    b.add_argument("--out", default="results")
+    b.add_argument("--out", default="results", help="results directory")
     b.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
 
     pv = sub.add_parser("provenance", help="write provenance.json (environment, versions, git, hosts)")
@@ -82,9 +144,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "train":
-        from yasgd import config as config_mod
-        from yasgd.train import run_from_config
+        from yasgd import config as config_mod, faults
+        faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback
         cfg = config_mod.load(args.config, args.overrides)
+        config_mod.check_run_dir(cfg)                   # before MXNet and Horovod start
+        from yasgd.train import run_from_config
         result = run_from_config(cfg)
         return 0 if result is not None else 1
     if args.command == "check-config":
@@ -97,14 +161,18 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "data":
         from yasgd.data import im2rec
-        if args.data_command == "im2rec":
-            info = im2rec.convert(args.src, args.dst, resize=args.resize, quality=args.quality,
-                                  workers=args.workers, verify=args.verify,
-                                  progress=not args.no_progress)
-            print(json.dumps(info, indent=1))
-            return 0
-        n = im2rec.verify(args.prefix)
-        print(f"{args.prefix}: {n} records ok")
+        try:
+            if args.data_command == "im2rec":
+                info = im2rec.convert(args.src, args.dst, resize=args.resize,
+                                      quality=args.quality, workers=args.workers,
+                                      verify=args.verify, progress=not args.no_progress)
+                print(json.dumps(info, indent=1))
+                return 0
+            n = im2rec.verify(args.prefix, headers_only=args.headers_only, threads=args.threads)
+        except im2rec.DamagedRecords as e:  # damaged data is a finding (1), not a usage error (2)
+            print(f"yasgd: error: {e}", file=sys.stderr)
+            return 1
+        print(f"{args.prefix}: {n} records ok" + (" (headers only)" if args.headers_only else ""))
         return 0
     if args.command == "jobs":
         from yasgd import jobs
@@ -113,11 +181,11 @@ def _run(args: argparse.Namespace) -> int:
                              walltime=args.walltime, group=args.group, queue=args.queue,
                              overrides=args.overrides)
         if args.jobs_command == "render":
-            if args.output:
-                with open(args.output, "w") as f:
-                    f.write(script)
-            else:
-                sys.stdout.write(script)
+            # -o: a file, or DIR/job.sh (job.sbatch) in a directory; checked before writing.
+            path = None if args.output is None else jobs.output_path(args.output, args.scheduler)
+            jobs.write_script(script, path)
+            if path is not None and path != args.output:
+                print(f"yasgd: wrote {path}", file=sys.stderr)
             return 0
         return jobs.submit(script, scheduler=args.scheduler, output=args.output, dry_run=args.dry_run)
     if args.command == "simulate":
@@ -130,31 +198,50 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "bench":
         import importlib
+        _check_out_dir(args.out, "bench --out")
         mod = importlib.import_module(f"yasgd.bench.{args.name}")
         mod.run(out_dir=args.out, quick=args.quick)
         return 0
     if args.command == "provenance":
         from yasgd import provenance
+        _check_out_dir(args.run_dir, "provenance RUN_DIR")
+        if args.hostfile and os.path.exists(args.hostfile) and not os.path.isfile(args.hostfile):
+            raise UsageError(f"provenance --hostfile {args.hostfile} is not a file")
         path = provenance.write(args.run_dir, hostfile=args.hostfile)
         print(path)
         return 0
     raise AssertionError(args.command)
 
 
+def _check_out_dir(path: str, what: str) -> None:
+    from yasgd.config import dir_problem
+    problem = dir_problem(path)
+    if problem:
+        raise UsageError(f"{what} {path} must be a writable directory (or one that can be "
+                         f"created): {problem}")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:                 # --help (0) or a usage error, already printed (2)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     try:
         return _run(args)
     except UsageError as e:
         print(f"yasgd: error: {e}", file=sys.stderr)
         return 2
-    except Exception as e:
+    except KeyboardInterrupt:   # commands without stop handlers (data, bench, ...)
+        sys.stderr.write("yasgd: interrupted\n")
+        return 130
+    except BaseException as e:
+        from yasgd import faults
+        if isinstance(e, (faults.Terminated, faults.Interrupted)):
+            return faults.report_stop(e)
+        if not isinstance(e, Exception):
+            raise
         from yasgd.checkpoint import CheckpointError
-        from yasgd.faults import TERM_EXIT_STATUS, Terminated
         from yasgd.train import TrainingError
-        if isinstance(e, Terminated):   # one write per line: ranks share mpirun's stderr
-            sys.stderr.write(f"yasgd: {e}\n")
-            return TERM_EXIT_STATUS
         if isinstance(e, (TrainingError, CheckpointError)):
             sys.stderr.write(f"yasgd: error: {e}\n")
             return 1

@@ -2,122 +2,323 @@
 
 Everything the run does is decided here, validated before any work (pycls'
 ``assert_cfg``), and dumped resolved into the run directory (``config.yaml``).
-Unknown keys, values of the wrong type and impossible combinations raise
-:class:`yasgd.UsageError`, which the CLI prints as one line with exit status 2.
+Every key declares its allowed values where it is defined (``key(default, check)``:
+the check lives in the field's metadata), and :func:`check_values` applies them all,
+then the checks across keys. Unknown keys, values of the wrong type or out of range
+and impossible combinations raise :class:`yasgd.UsageError`, which the CLI prints
+as one line with exit status 2.
 """
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import math
 import os
+import re
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Optional, get_type_hints
+from typing import Any, Dict, List, Optional, Sequence, get_type_hints
 
 import yaml
 
 from yasgd import UsageError
 
 
+# -- the allowed values of a key ------------------------------------------------------------
+class Check:
+    """What a key accepts: ``typ`` (the Python type after coercion), ``ok(value)`` and
+    ``describe()``, the phrase after "must be" in the error message."""
+    typ: type = object
+
+    def ok(self, value: Any) -> bool:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+INT64_MAX = 2 ** 63 - 1
+
+
+@dataclass(frozen=True)
+class Int(Check):
+    """An integer in ``[lo, hi]`` (None: unbounded, but always within 64 bits)."""
+    lo: Optional[int] = None
+    hi: Optional[int] = None
+    typ = int
+
+    def ok(self, value: Any) -> bool:
+        return (isinstance(value, int) and not isinstance(value, bool) and abs(value) <= INT64_MAX
+                and (self.lo is None or value >= self.lo) and (self.hi is None or value <= self.hi))
+
+    def describe(self) -> str:
+        if self.lo is not None and self.hi is not None:
+            return f"an integer in [{self.lo}, {self.hi}]"
+        if self.lo is not None:
+            return f"an integer >= {self.lo}"
+        return "an integer" if self.hi is None else f"an integer <= {self.hi}"
+
+
+@dataclass(frozen=True)
+class Float(Check):
+    """A finite number with optional bounds: ``ge``/``gt`` below, ``le``/``lt`` above."""
+    ge: Optional[float] = None
+    gt: Optional[float] = None
+    le: Optional[float] = None
+    lt: Optional[float] = None
+    typ = float
+
+    def ok(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        return ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
+                and (self.le is None or value <= self.le) and (self.lt is None or value < self.lt))
+
+    def describe(self) -> str:
+        lo = (f"[{self.ge:g}" if self.ge is not None else f"({self.gt:g}" if self.gt is not None
+              else None)
+        hi = (f"{self.le:g}]" if self.le is not None else f"{self.lt:g})" if self.lt is not None
+              else None)
+        if lo and hi:
+            return f"a finite number in {lo}, {hi}"
+        if lo:
+            return f"a finite number {'>=' if lo[0] == '[' else '>'} {lo[1:]}"
+        if hi:
+            return f"a finite number {'<=' if hi[-1] == ']' else '<'} {hi[:-1]}"
+        return "a finite number"
+
+
+@dataclass(frozen=True)
+class Bool(Check):
+    typ = bool
+
+    def ok(self, value: Any) -> bool:
+        return isinstance(value, bool)
+
+    def describe(self) -> str:
+        return "a boolean (true or false)"
+
+
+@dataclass(frozen=True)
+class OneOf(Check):
+    choices: Sequence[str] = ()
+    typ = str
+
+    def ok(self, value: Any) -> bool:
+        return value in self.choices
+
+    def describe(self) -> str:
+        return f"one of {', '.join(self.choices)}"
+
+
+_CONTROL = re.compile(r"[\x00\n\r]")
+
+
+@dataclass(frozen=True)
+class Line(Check):
+    """Free text on one line (no NUL, newline or carriage return); a path or a label."""
+    what: str = "a string"
+    nonempty: bool = False
+    typ = str
+
+    def ok(self, value: Any) -> bool:
+        return isinstance(value, str) and not _CONTROL.search(value) and (bool(value) or not self.nonempty)
+
+    def describe(self) -> str:
+        return f"{self.what} without NUL or line breaks" + (", not empty" if self.nonempty else "")
+
+
+@dataclass(frozen=True)
+class Name(Check):
+    """A file name component: the run directory is ``<run.dir>/<run.name>-<stamp>``."""
+    max_len: int = 100
+    typ = str
+    _RE = re.compile(r"[A-Za-z0-9._+-]+( [A-Za-z0-9._+-]+)*")   # single spaces inside only
+
+    def ok(self, value: Any) -> bool:
+        return (isinstance(value, str) and len(value) <= self.max_len and value not in (".", "..")
+                and self._RE.fullmatch(value) is not None)
+
+    def describe(self) -> str:
+        return (f"a name of 1-{self.max_len} letters, digits, '.', '_', '+', '-' and single inner "
+                f"spaces (no path separators, not '.' or '..')")
+
+
+# The networks yasgd.model.build accepts (kept here so that checking a config needs no MXNet;
+# tests/unit/test_bad_input.py pins the two tables to yasgd.model's).
+BOTTLENECK_DEPTHS = (50, 101, 152)
+BASIC_DEPTHS = (18, 34)
+
+
+def model_depth(name: str) -> Optional[int]:
+    """The depth of a model name yasgd.model.build accepts, or None: resnet18/34/50/101/152
+    (optionally ``_v1.5`` / ``_v1b``, any case) and the CIFAR-style resnet<6n+2>."""
+    key = name.lower().replace("_v1.5", "").replace("_v1b", "")
+    if not (key.startswith("resnet") and key[6:].isdigit() and key[6:].isascii()):
+        return None
+    depth = int(key[6:])
+    if depth in BOTTLENECK_DEPTHS or depth in BASIC_DEPTHS or (depth >= 8 and (depth - 2) % 6 == 0):
+        return depth
+    return None
+
+
+@dataclass(frozen=True)
+class ModelName(Check):
+    typ = str
+
+    def ok(self, value: Any) -> bool:
+        return isinstance(value, str) and model_depth(value) is not None
+
+    def describe(self) -> str:
+        return ("a known model: resnet18/34/50/101/152 (optionally _v1.5) or resnet<6n+2> "
+                "such as resnet8, resnet20, resnet56")
+
+
+@dataclass(frozen=True)
+class Seconds(Check):
+    """``auto`` or a finite number of seconds >= 0, kept as text (``0`` = off)."""
+    typ = str
+
+    def ok(self, value: Any) -> bool:
+        if not isinstance(value, str):
+            return False
+        if value == "auto":
+            return True
+        try:
+            x = float(value)
+        except ValueError:
+            return False
+        return math.isfinite(x) and x >= 0
+
+    def describe(self) -> str:
+        return "auto or a finite number of seconds >= 0 (0 = off)"
+
+
+def key(default: Any, check: Check) -> Any:
+    """A config field with its allowed values."""
+    return field(default=default, metadata={"check": check})
+
+
+UINT32 = 2 ** 32 - 1
+TRISTATE = ("auto", "true", "false")
+
+
 @dataclass
 class RunCfg:
-    name: str = "run"             # run directory name prefix
-    dir: str = "runs"             # parent of run directories ("" = no run directory)
-    seed: int = 0                 # one seed on every rank (parallel initialization)
-    resume: str = "none"          # none | auto | a checkpoint or run directory (yasgd.checkpoint)
+    name: str = key("run", Name())           # run directory name prefix
+    dir: str = key("runs", Line("a path"))   # parent of run directories ("" = no run directory)
+    seed: int = key(0, Int(0, UINT32))       # one seed on every rank (parallel initialization)
+    # none | auto | a checkpoint or run directory (yasgd.checkpoint)
+    resume: str = key("none", Line("none, auto or a path"))
+    # seconds without a finished step before the watchdog stops the run; auto | 0 (off) | N
+    stall_timeout_s: str = key("auto", Seconds())
 
 
 @dataclass
 class ModelCfg:
-    name: str = "resnet8"         # resnet8 | resnet20 | resnet56 (CIFAR-style) | resnet50_v1.5 | ...
-    width: int = 16               # channels of the first stage (small ResNets)
-    stem_stride: int = 1          # stride of the 3x3 stem of the small ResNets (2: 1/4 of the compute)
-    classes: int = 10
-    bn_momentum: float = 0.9      # moving-average decay of BN statistics; 0 = from bn_momentum_rule
-    bn_momentum_rule: str = "fixed"  # fixed | iterations (see model.bn_momentum_for)
-    bn_eps: float = 1e-5
-    zero_init_last_gamma: bool = True
-    fused_bn_relu: bool = False   # BatchNormWithReLU where BN is followed by ReLU
-    dtype: str = "float32"        # float32 | float16 (multi_precision master weights)
+    # resnet8 | resnet20 | resnet56 (CIFAR-style) | resnet50_v1.5 | ...
+    name: str = key("resnet8", ModelName())
+    width: int = key(16, Int(1))             # channels of the first stage (small ResNets)
+    # stride of the 3x3 stem of the small ResNets (2: 1/4 of the compute)
+    stem_stride: int = key(1, Int(1))
+    classes: int = key(10, Int(1))
+    # moving-average decay of BN statistics; 0 = from bn_momentum_rule
+    bn_momentum: float = key(0.9, Float(ge=0.0, lt=1.0))
+    bn_momentum_rule: str = key("fixed", OneOf(("fixed", "iterations")))  # see model.bn_momentum_for
+    bn_eps: float = key(1e-5, Float(gt=0.0))
+    zero_init_last_gamma: bool = key(True, Bool())
+    fused_bn_relu: bool = key(False, Bool())   # BatchNormWithReLU where BN is followed by ReLU
+    # float32 | float16 (multi_precision master weights)
+    dtype: str = key("float32", OneOf(("float32", "float16")))
 
 
 @dataclass
 class DataCfg:
-    kind: str = "fashion_mnist"   # fashion_mnist | recordio | synthetic
-    root: str = "/usr/share/datasets/fashion-mnist"
-    image_size: int = 28          # training crop size
-    val_resize: int = 256         # recordio: shorter side before the centre crop
-    pad_crop: int = 2             # fashion_mnist: random crop from a zero-padded image
-    flip: bool = True
-    min_area: float = 0.08        # recordio: random-resized-crop area range
-    polish_epochs: int = 0        # "final polishing": last K epochs nearly without augmentation
-    polish_min_area: float = 0.999
-    threads: int = 2              # decoding threads (recordio)
-    limit: int = 0                # use only the first N training samples (0 = all)
-    synthetic_samples: int = 4096
+    kind: str = key("fashion_mnist", OneOf(("fashion_mnist", "recordio", "synthetic")))
+    root: str = key("/usr/share/datasets/fashion-mnist", Line("a path"))
+    image_size: int = key(28, Int(1))        # training crop size
+    val_resize: int = key(256, Int(1))       # recordio: shorter side before the centre crop
+    pad_crop: int = key(2, Int(0))           # fashion_mnist: random crop from a zero-padded image
+    flip: bool = key(True, Bool())
+    min_area: float = key(0.08, Float(gt=0.0, le=1.0))   # recordio: random-resized-crop area range
+    # "final polishing": last K epochs nearly without augmentation
+    polish_epochs: int = key(0, Int(0))
+    polish_min_area: float = key(0.999, Float(gt=0.0, le=1.0))
+    threads: int = key(2, Int(1))            # decoding threads (recordio)
+    limit: int = key(0, Int(0))              # use only the first N training samples (0 = all)
+    synthetic_samples: int = key(4096, Int(1))
 
 
 @dataclass
 class OptimCfg:
-    name: str = "lars"            # lars | sgd | nag
-    lr: float = 1.0               # peak (base) learning rate after warm-up
-    momentum: float = 0.9
-    wd: float = 5e-5
-    eta: float = 0.001            # LARS trust coefficient
-    epsilon: float = 0.0          # LARS denominator epsilon
-    momentum_correction: bool = False
-    wd_in_denominator: bool = True
-    fused: bool = True            # batched-norm fused path (False: per-layer reference path)
-    multi_precision: bool = False
+    name: str = key("lars", OneOf(("lars", "sgd", "nag")))
+    lr: float = key(1.0, Float(gt=0.0))      # peak (base) learning rate after warm-up
+    momentum: float = key(0.9, Float(ge=0.0, lt=1.0))
+    wd: float = key(5e-5, Float(ge=0.0))
+    eta: float = key(0.001, Float(gt=0.0))   # LARS trust coefficient
+    epsilon: float = key(0.0, Float(ge=0.0))  # LARS denominator epsilon
+    momentum_correction: bool = key(False, Bool())
+    wd_in_denominator: bool = key(True, Bool())
+    fused: bool = key(True, Bool())          # batched-norm fused path (False: per-layer reference path)
+    multi_precision: bool = key(False, Bool())
 
 
 @dataclass
 class ScheduleCfg:
-    warmup_epochs: float = 5.0
-    warmup_begin_lr: float = 0.0
-    power: float = 2.0            # polynomial decay power
-    end_lr: float = 0.0
-    wd_schedule: str = "constant"  # constant | follow_lr (WD warms up and decays with the LR)
+    warmup_epochs: float = key(5.0, Float(ge=0.0))     # <= train.epochs
+    warmup_begin_lr: float = key(0.0, Float(ge=0.0))   # <= optim.lr
+    power: float = key(2.0, Float(ge=0.0))             # polynomial decay power (0: constant)
+    end_lr: float = key(0.0, Float(ge=0.0))            # <= optim.lr
+    # constant | follow_lr (WD warms up and decays with the LR)
+    wd_schedule: str = key("constant", OneOf(("constant", "follow_lr")))
 
 
 @dataclass
 class TrainCfg:
-    epochs: int = 30
-    global_batch: int = 4096
-    batch_per_rank: int = 0       # 0 = global_batch / (ranks * accumulate)
-    accumulate: int = 1           # micro-batches per step (gradient accumulation)
-    label_smoothing: float = 0.1
-    eval_every: int = 1           # evaluate every N epochs ...
-    eval_offset: int = 0          # ... at epochs where (epoch + 1 - offset) % N == 0, and at the end
-    target_accuracy: float = 0.0  # stop once reached (0 = never)
-    log_interval: int = 20        # steps between metric reductions (sync points)
-    checkpoint_every: int = 0     # epochs between checkpoints (0 = only at the end)
-    keep_checkpoints: int = 2     # newest checkpoints kept (0 = write none)
-    bn_recalibrate_batches: int = 0  # re-estimate BN statistics on N un-augmented batches before eval
-    progress: bool = True
-    # auto: hybridized for ImageNet ResNets (ResNet-50: 1.10x faster on this CPU), imperative
-    # for the CIFAR-style resnet<6n+2> (2-3x faster imperative in MXNet 1.9.1 on CPU) and
+    epochs: int = key(30, Int(1))
+    global_batch: int = key(4096, Int(1))
+    batch_per_rank: int = key(0, Int(0))     # 0 = global_batch / (ranks * accumulate)
+    accumulate: int = key(1, Int(1))         # micro-batches per step (gradient accumulation)
+    label_smoothing: float = key(0.1, Float(ge=0.0, lt=1.0))
+    eval_every: int = key(1, Int(1))         # evaluate every N epochs ...
+    # ... at epochs where (epoch + 1 - offset) % N == 0, and at the end
+    eval_offset: int = key(0, Int(0))
+    target_accuracy: float = key(0.0, Float(ge=0.0, le=1.0))  # stop once reached (0 = never)
+    log_interval: int = key(20, Int(1))      # steps between metric reductions (sync points)
+    checkpoint_every: int = key(0, Int(0))   # epochs between checkpoints (0 = only at the end)
+    keep_checkpoints: int = key(2, Int(0))   # newest checkpoints kept (0 = write none)
+    # re-estimate BN statistics on N un-augmented batches before eval
+    bn_recalibrate_batches: int = key(0, Int(0))
+    progress: bool = key(True, Bool())
+    # auto: hybridized for ImageNet ResNets (ResNet-50: faster on this CPU), imperative
+    # for the CIFAR-style resnet<6n+2> (faster imperative in MXNet 1.9.1 on CPU) and
     # whenever bn_recalibrate_batches is set; true | false force it (README, "Speed")
-    hybridize: str = "auto"
-    max_steps: int = 0            # stop after N steps (0 = run all epochs); for tests and benches
+    hybridize: str = key("auto", OneOf(TRISTATE))
+    max_steps: int = key(0, Int(0))          # stop after N steps (0 = run all epochs); for tests and benches
 
 
 @dataclass
 class CommCfg:
-    group_budget_bytes: int = 4 << 20   # static allreduce groups of about this many bytes
-    num_groups: int = 0                 # > 0 overrides the byte budget
-    fp16_compression: bool = False
-    init: str = "parallel"              # parallel | broadcast
-    check_init: bool = True             # checksum agreement across ranks after init
-    trainer: str = "grouped"            # grouped | horovod (Horovod's stock DistributedTrainer)
+    # static allreduce groups of about this many bytes
+    group_budget_bytes: int = key(4 << 20, Int(1))
+    num_groups: int = key(0, Int(0))         # > 0 overrides the byte budget
+    fp16_compression: bool = key(False, Bool())
+    init: str = key("parallel", OneOf(("parallel", "broadcast")))
+    check_init: bool = key(True, Bool())     # checksum agreement across ranks after init
+    # grouped | horovod (Horovod's stock DistributedTrainer)
+    trainer: str = key("grouped", OneOf(("grouped", "horovod")))
 
 
 @dataclass
 class MlperfCfg:
     """The MLPerf-format log (yasgd.mlperf): ``mlperf.log`` in the run directory."""
-    enabled: bool = True
-    division: str = "open"        # open | closed (closed: ImageNet target and MLPerf's LARS values)
-    org: str = "yasgd"            # submission_org
-    platform: str = ""            # submission_platform ("" = <host>-<ranks>x<cpu|gpu>)
-    status: str = "research"      # submission_status: cloud | onprem | preview | research
+    enabled: bool = key(True, Bool())
+    # open | closed (closed: ImageNet target and MLPerf's LARS values)
+    division: str = key("open", OneOf(("open", "closed")))
+    org: str = key("yasgd", Line(nonempty=True))          # submission_org
+    # submission_platform ("" = <host>-<ranks>x<cpu|gpu>)
+    platform: str = key("", Line())
+    # submission_status
+    status: str = key("research", OneOf(("cloud", "onprem", "preview", "research")))
 
 
 @dataclass
@@ -139,33 +340,33 @@ class Config:
             yaml.safe_dump(self.to_dict(), f, sort_keys=False)
 
 
-CHOICES = {
-    ("run", "resume"): None,  # free-form (none | auto | path)
-    ("model", "bn_momentum_rule"): ("fixed", "iterations"),
-    ("model", "dtype"): ("float32", "float16"),
-    ("data", "kind"): ("fashion_mnist", "recordio", "synthetic"),
-    ("optim", "name"): ("lars", "sgd", "nag"),
-    ("schedule", "wd_schedule"): ("constant", "follow_lr"),
-    ("comm", "init"): ("parallel", "broadcast"),
-    ("comm", "trainer"): ("grouped", "horovod"),
-    ("train", "hybridize"): ("auto", "true", "false"),
-    ("mlperf", "division"): ("open", "closed"),
-    ("mlperf", "status"): ("cloud", "onprem", "preview", "research"),
-}
+def schema() -> Dict[str, Dict[str, Check]]:
+    """``{section: {key: check}}`` for every key, in declaration order."""
+    return {s.name: {f.name: f.metadata["check"] for f in fields(s.default_factory)}
+            for s in fields(Config)}
 
 
-def _coerce(section: str, key: str, typ: type, value: Any) -> Any:
-    where = f"{section}.{key}"
+def _bad(where: str, check: Check, value: Any, origin: str = "") -> UsageError:
+    what = check.describe()
+    if isinstance(check, Int) and isinstance(value, int) and abs(value) > INT64_MAX:
+        what += " that fits in 64 bits"
+    shown = repr(value)
+    if isinstance(value, int) and len(shown) > 20:
+        shown = f"{shown[:12]}... ({len(shown.lstrip('-'))} digits)"
+    elif len(shown) > 80:
+        shown = shown[:60] + f"... ({len(shown)} characters)"
+    return UsageError(f"config key {where} must be {what}, got {shown}{origin}")
+
+
+def _coerce(where: str, typ: type, check: Check, value: Any, origin: str = "") -> Any:
+    """``value`` (from YAML or an override) as ``typ``; strings are parsed, nothing is rounded."""
     if typ is bool:
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
             return value.lower() in ("true", "yes", "1", "on")
-        raise UsageError(f"config key {where} must be a boolean, got {value!r}")
-    if typ is int:
-        if isinstance(value, bool):
-            raise UsageError(f"config key {where} must be an integer, got {value!r}")
-        if isinstance(value, int):
+    elif typ is int:
+        if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
@@ -174,42 +375,43 @@ def _coerce(section: str, key: str, typ: type, value: Any) -> Any:
                 return int(value)
             except ValueError:
                 pass
-        raise UsageError(f"config key {where} must be an integer, got {value!r}")
-    if typ is float:
-        if isinstance(value, bool):
-            raise UsageError(f"config key {where} must be a number, got {value!r}")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
+    elif typ is float:
+        try:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
                 return float(value)
-            except ValueError:
-                pass
-        raise UsageError(f"config key {where} must be a number, got {value!r}")
-    if typ is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise UsageError(f"config key {where} must be a string, got {value!r}")
-    raise AssertionError(typ)
+            if isinstance(value, str):
+                return float(value)
+        except (ValueError, OverflowError):
+            pass
+    elif typ is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float, datetime.date)) and not isinstance(value, bool):
+            return str(value)                    # YAML read 5, 1.5 or 2019-04-01 as non-text
+    else:
+        raise AssertionError(typ)
+    raise _bad(where, check, value, origin)
 
 
-def _apply(cfg: Config, section: str, key: str, value: Any) -> None:
+def _apply(cfg: Config, section: str, key: str, value: Any, origin: str = "") -> None:
     sections = {f.name: f for f in fields(Config)}
     if section not in sections:
-        raise UsageError(f"unknown config section {section!r} (known: {', '.join(sections)})")
+        raise UsageError(f"unknown config section {section!r}{origin} (known: {', '.join(sections)})")
     sub = getattr(cfg, section)
     hints = get_type_hints(type(sub))
     if key not in hints:
-        raise UsageError(f"unknown config key {section}.{key} (known in {section}: {', '.join(hints)})")
-    choices = CHOICES.get((section, key))
-    if choices and "true" in choices and "false" in choices:   # a tri-state key (auto|true|false)
+        raise UsageError(f"unknown config key {section}.{key}{origin} "
+                         f"(known in {section}: {', '.join(hints)})")
+    where = f"{section}.{key}"
+    check = schema()[section][key]
+    if isinstance(check, OneOf) and check.choices == TRISTATE:   # auto | true | false
         if isinstance(value, bool):
-            value = "true" if value else "false"                # YAML's true/false
+            value = "true" if value else "false"                  # YAML's true/false
         elif isinstance(value, str):
             value = value.lower()
-    value = _coerce(section, key, hints[key], value)
-    if choices and value not in choices:
-        raise UsageError(f"config key {section}.{key} must be one of {', '.join(choices)}, got {value!r}")
+    value = _coerce(where, hints[key], check, value, origin)
+    if not check.ok(value):
+        raise _bad(where, check, value, origin)
     setattr(sub, key, value)
 
 
@@ -222,36 +424,130 @@ def hybridize(cfg: Config) -> bool:
     return model.imagenet_style(cfg.model.name) and not cfg.train.bn_recalibrate_batches
 
 
+def stall_timeout(cfg: Config) -> Optional[float]:
+    """``run.stall_timeout_s``: None for auto (the watchdog decides), else seconds (0 = off)."""
+    value = cfg.run.stall_timeout_s
+    return None if value == "auto" else float(value)
+
+
 def _parse_scalar(text: str) -> Any:
     """Parse the right-hand side of an override with YAML's scalar rules."""
     try:
         return yaml.safe_load(text) if text != "" else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, OverflowError):   # e.g. an impossible date, 5,000 digits
         return text
+
+
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML 1.2 forbids it;
+    PyYAML would keep the last one silently). Keys merged in with ``<<`` may be overridden."""
+
+    def construct_document(self, node):
+        self._paths: Dict[int, str] = {}
+        self._index(node, "", set())
+        return super().construct_document(node)
+
+    def _index(self, node, path: str, seen: set) -> None:
+        if id(node) in seen:                     # an alias seen before (or a recursive one)
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            self._paths[id(node)] = path
+            for k, v in node.value:
+                name = k.value if isinstance(k, yaml.ScalarNode) else "?"
+                self._index(v, f"{path}.{name}" if path else str(name), seen)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                self._index(v, f"{path}[{i}]", seen)
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for k, _ in node.value:
+                if k.tag == "tag:yaml.org,2002:merge":
+                    continue
+                name = self.construct_object(k, deep=True)
+                try:
+                    dup = name in seen
+                    seen.add(name)
+                except TypeError:                # an unhashable key: the constructor says so
+                    continue
+                if dup:
+                    prefix = self._paths.get(id(node), "")
+                    raise _DuplicateKey(
+                        None, None, f"duplicate key {prefix + '.' if prefix else ''}{name}",
+                        k.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    problem = getattr(e, "problem", None)
+    mark = getattr(e, "problem_mark", None)
+    if not problem:
+        return " ".join(str(e).split())
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{problem}{where}"
+
+
+def read_file(path: str) -> Dict[str, Any]:
+    """The sections of a YAML config file; an empty file holds none (all defaults)."""
+    if os.path.isdir(path):
+        raise UsageError(f"config file {path} is a directory")
+    if not os.path.exists(path):
+        raise UsageError(f"config file not found: {path}")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise UsageError(f"config file {path} cannot be read: {e.strerror or e}")
+    if b"\x00" in data:
+        raise UsageError(f"config file {path} is binary (it holds NUL bytes), not YAML text")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"config file {path} is not UTF-8 text "
+                         f"(byte 0x{data[e.start]:02x} at offset {e.start})")
+    try:
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKey as e:
+        raise UsageError(f"config file {path} has a {_yaml_problem(e)}")
+    except yaml.YAMLError as e:
+        raise UsageError(f"config file {path} is not valid YAML: {_yaml_problem(e)}")
+    except (ValueError, OverflowError) as e:     # a scalar YAML cannot convert (date, huge int)
+        raise UsageError(f"config file {path} holds a value YAML cannot read: "
+                         f"{' '.join(str(e).split())[:120]}")
+    except RecursionError:
+        raise UsageError(f"config file {path} is not valid YAML: nested too deeply")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise UsageError(f"config file {path} must hold a mapping of sections "
+                         f"(such as 'train: {{epochs: 30}}'), got {type(raw).__name__} {raw!r:.40}")
+    return raw
 
 
 def load(path: Optional[str] = None, overrides: Optional[List[str]] = None) -> Config:
     """Build a Config from an optional YAML file and ``section.key=value`` overrides.
 
     Does not check anything that depends on the world size or the file system;
-    see :func:`validate`.
+    see :func:`per_rank_batch` and :func:`check_run_dir`.
     """
     cfg = Config()
     if path is not None:
-        if not os.path.isfile(path):
-            raise UsageError(f"config file not found: {path}")
-        with open(path) as f:
-            try:
-                raw = yaml.safe_load(f) or {}
-            except yaml.YAMLError as e:
-                raise UsageError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}")
-        if not isinstance(raw, dict):
-            raise UsageError(f"config file {path} must hold a mapping of sections")
-        for section, values in raw.items():
-            if not isinstance(values, dict):
-                raise UsageError(f"config section {section!r} in {path} must be a mapping")
-            for key, value in values.items():
-                _apply(cfg, str(section), str(key), value)
+        known = [f.name for f in fields(Config)]
+        for section, values in read_file(path).items():
+            if str(section) not in known:
+                raise UsageError(f"unknown config section {str(section)!r} (in {path}) "
+                                 f"(known: {', '.join(known)})")
+            if values is not None and not isinstance(values, dict):
+                raise UsageError(f"config section {section!r} in {path} must be a mapping of keys, "
+                                 f"got {type(values).__name__} {values!r:.40}")
+            for key, value in (values or {}).items():   # "train:" alone = no keys
+                _apply(cfg, str(section), str(key), value, origin=f" (in {path})")
     for item in overrides or []:
         if "=" not in item or "." not in item.split("=", 1)[0]:
             raise UsageError(f"override {item!r} is not of the form section.key=value")
@@ -263,36 +559,62 @@ def load(path: Optional[str] = None, overrides: Optional[List[str]] = None) -> C
 
 
 def check_values(cfg: Config) -> None:
-    """Checks that need nothing but the config itself."""
-    t, o, s = cfg.train, cfg.optim, cfg.schedule
-    positive = {"train.epochs": t.epochs, "train.global_batch": t.global_batch,
-                "train.accumulate": t.accumulate, "train.log_interval": t.log_interval,
-                "train.eval_every": t.eval_every, "optim.lr": o.lr}
-    for name, value in positive.items():
-        if value <= 0:
-            raise UsageError(f"config key {name} must be positive, got {value}")
-    if t.batch_per_rank < 0:
-        raise UsageError(f"config key train.batch_per_rank must be >= 0, got {t.batch_per_rank}")
-    if not 0.0 <= t.label_smoothing < 1.0:
-        raise UsageError(f"config key train.label_smoothing must be in [0, 1), got {t.label_smoothing}")
-    if not 0.0 <= o.momentum < 1.0:
-        raise UsageError(f"config key optim.momentum must be in [0, 1), got {o.momentum}")
-    if s.warmup_epochs < 0 or s.warmup_epochs > t.epochs:
+    """Every key against its declared check, then the checks across keys.
+
+    Needs nothing but the config itself (no world size, no file system).
+    """
+    for section, checks in schema().items():
+        sub = getattr(cfg, section)
+        for key, check in checks.items():
+            value = getattr(sub, key)
+            if not check.ok(value):
+                raise _bad(f"{section}.{key}", check, value)
+    t, o, s, d = cfg.train, cfg.optim, cfg.schedule, cfg.data
+    if s.warmup_epochs > t.epochs:
         raise UsageError(f"config key schedule.warmup_epochs must be in [0, train.epochs={t.epochs}], "
                          f"got {s.warmup_epochs}")
     if s.end_lr > o.lr:
         raise UsageError(f"config key schedule.end_lr ({s.end_lr}) exceeds optim.lr ({o.lr})")
-    if cfg.data.polish_epochs < 0 or cfg.data.polish_epochs > t.epochs:
-        raise UsageError(f"config key data.polish_epochs must be in [0, {t.epochs}], got {cfg.data.polish_epochs}")
+    if s.warmup_begin_lr > o.lr:
+        raise UsageError(f"config key schedule.warmup_begin_lr ({s.warmup_begin_lr}) exceeds "
+                         f"optim.lr ({o.lr})")
+    if d.polish_epochs > t.epochs:
+        raise UsageError(f"config key data.polish_epochs must be in [0, train.epochs={t.epochs}], "
+                         f"got {d.polish_epochs}")
+    if d.kind == "recordio" and d.val_resize < d.image_size:
+        raise UsageError(f"config key data.val_resize ({d.val_resize}) must be >= data.image_size "
+                         f"({d.image_size}): the validation crop is cut from the resized image")
     if t.bn_recalibrate_batches and t.hybridize == "true":
         raise UsageError("train.bn_recalibrate_batches needs train.hybridize=false "
                          "(the per-batch BN momentum is set on the imperative layers)")
-    if not 0.0 <= cfg.model.bn_momentum < 1.0:
-        raise UsageError(f"config key model.bn_momentum must be in [0, 1), got {cfg.model.bn_momentum}")
     if cfg.run.resume not in ("none", "") and not cfg.run.dir:
         raise UsageError("config key run.resume needs a run directory (run.dir is empty)")
-    if t.checkpoint_every < 0 or t.keep_checkpoints < 0:
-        raise UsageError("config keys train.checkpoint_every and train.keep_checkpoints must be >= 0")
+
+
+def dir_problem(path: str) -> Optional[str]:
+    """Why ``path`` cannot be (or be created as) a writable directory, or None."""
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):            # the nearest part of the path that exists
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
+def check_run_dir(cfg: Config) -> None:
+    """Before any work: ``run.dir`` must be (or become) a writable directory. A run resumed
+    from an explicit checkpoint continues in that checkpoint's directory instead."""
+    if not cfg.run.dir or cfg.run.resume not in ("none", "", "auto"):
+        return
+    problem = dir_problem(cfg.run.dir)
+    if problem:
+        raise UsageError(f"run directory {os.path.abspath(cfg.run.dir)} is not writable: {problem} "
+                         f"(config key run.dir)")
 
 
 def per_rank_batch(cfg: Config, world_size: int) -> int:
@@ -301,6 +623,8 @@ def per_rank_batch(cfg: Config, world_size: int) -> int:
     Raises UsageError when the global batch cannot be split that way.
     """
     t = cfg.train
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise UsageError(f"the world size must be an integer >= 1, got {world_size!r}")
     if t.batch_per_rank:
         if world_size * t.batch_per_rank * t.accumulate != t.global_batch:
             raise UsageError(

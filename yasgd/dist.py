@@ -71,6 +71,11 @@ class World:
 _WORLD: Optional[World] = None
 
 
+def current() -> Optional[World]:
+    """This process's World if :func:`world` has made it, else None."""
+    return _WORLD
+
+
 def world(force_horovod: bool = False) -> World:
     """Initialise (once) and return this process's World."""
     global _WORLD

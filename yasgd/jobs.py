@@ -9,6 +9,13 @@ filled in. Everything is validated before anything is written: the config
 (with the overrides) must load, and its global batch must split over
 ``nodes x gpus_per_node`` ranks.
 
+Shell safety: every value the user gives (repository, config path, overrides)
+reaches the script as one shell word quoted by :func:`shell_word`, and reaches a
+comment only through :func:`one_line`; a newline or NUL in a value is refused.
+Values that land in a scheduler directive (queue, group), which no shell reads,
+must match :data:`DIRECTIVE_NAMES`. The walltime and the counts are rewritten
+from the numbers they parse to.
+
 Defaults: PBS (ABCI 3.0) 8 GPUs per node and queue ``rt_HF``; UGE (ABCI 2019)
 4 GPUs per node and resource type ``rt_F``; Slurm 8 GPUs per node. The
 walltime, unless given, is estimated from the config (:func:`default_walltime`).
@@ -33,6 +40,33 @@ DEFAULT_GPUS_PER_NODE = {"pbs": 8, "uge": 4, "slurm": 8}
 DEFAULT_QUEUE = {"pbs": "rt_HF", "uge": "rt_F", "slurm": None}
 SUBMIT_COMMAND = {"pbs": "qsub", "uge": "qsub", "slurm": "sbatch"}
 BEGIN, END = "# >>> yasgd jobs render", "# <<< yasgd jobs render"
+# What `-o DIR` writes inside an existing directory DIR.
+SCRIPT_NAME = {"pbs": "job.sh", "uge": "job.sh", "slurm": "job.sbatch"}
+
+# Names that land in a directive line (#PBS, #$, #SBATCH, and the
+# `# yasgd-submit: qsub -g` line): the scheduler parses these itself, with no
+# shell and no quoting, so only a conservative subset of the names it accepts
+# passes. Every set starts with a letter, digit or '_' (a value never reads as
+# an option) and none holds a blank, a quote, '#', ';', '$' or '='.
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
+DIRECTIVE_NAMES = {
+    # PBS Professional, `-q`: a queue name (letters, digits, '_', '-', first a
+    # letter), optionally at a server (`queue@host`).
+    ("pbs", "queue"): (r"[A-Za-z][A-Za-z0-9_-]*(?:@[A-Za-z0-9][A-Za-z0-9.-]*)?",
+                       "a PBS queue name (letters, digits, '_', '-', first a letter; optionally @server)"),
+    # PBS Professional, `-P`: a project name (on ABCI the group, e.g. gaa50000).
+    ("pbs", "group"): (_NAME, "a PBS project name (letters, digits, '_', '.', '-')"),
+    # UGE, `-l RESOURCE=N`: a complex (resource type) name such as rt_F or rt_G.small.
+    ("uge", "queue"): (r"[A-Za-z_][A-Za-z0-9_.-]*",
+                       "a UGE resource type name (letters, digits, '_', '.', '-', first a letter or '_')"),
+    # UGE, `qsub -g`: the ABCI group (a UNIX group name).
+    ("uge", "group"): (_NAME, "a UGE group name (letters, digits, '_', '.', '-')"),
+    # Slurm, `--partition`: one partition name or a comma-separated list of them.
+    ("slurm", "queue"): (rf"{_NAME}(?:,{_NAME})*",
+                         "Slurm partition names (letters, digits, '_', '.', '-'; comma-separated)"),
+    # Slurm, `--account`: an account name.
+    ("slurm", "group"): (_NAME, "a Slurm account name (letters, digits, '_', '.', '-')"),
+}
 # The line a rendered UGE script carries for `yasgd jobs submit` (qsub -g GROUP).
 UGE_GROUP = re.compile(r"^# yasgd-submit: qsub -g (\S+)\s*$", re.M)
 
@@ -54,6 +88,39 @@ def _template(scheduler: str) -> str:
         return f.read()
 
 
+def plain_value(option: str, value: str) -> str:
+    """``value`` unchanged, unless it holds a newline or NUL (UsageError naming
+    ``option``): the one thing a job script cannot carry on one line."""
+    if "\n" in value or "\0" in value:
+        raise UsageError(f"{option} must not contain a newline or NUL, got {value!r}")
+    return value
+
+
+def shell_word(value: str) -> str:
+    """``value`` as one shell word that bash reads back unchanged: the quoting
+    rule of every value in a rendered script. ``shlex.quote``: bare when it
+    holds only ``[A-Za-z0-9_@%+=:,./-]`` (nothing bash expands, splits or
+    globs), else in single quotes, inside which nothing is special (a ``'`` in
+    the value becomes ``'"'"'``)."""
+    return shlex.quote(value)
+
+
+def one_line(text: str) -> str:
+    """``text`` for a comment line: each character ``str.isprintable`` rejects
+    (newline, carriage return, tab, escape, ...) written as its Python escape
+    (``\\n``), so a comment can never end early and run the rest as a command."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _directive_name(scheduler: str, option: str, value: Optional[str]) -> Optional[str]:
+    if value is None:
+        return None
+    pattern, what = DIRECTIVE_NAMES[(scheduler, option)]
+    if not re.fullmatch(pattern, value):
+        raise UsageError(f"--{option} must be {what}, got {value!r}")
+    return value
+
+
 def parse_walltime(text: str) -> int:
     """``H:MM:SS``, ``H:MM`` or minutes -> seconds."""
     m = re.fullmatch(r"(\d+):([0-5]\d):([0-5]\d)", text) or re.fullmatch(r"(\d+):([0-5]\d)", text)
@@ -62,7 +129,7 @@ def parse_walltime(text: str) -> int:
         return parts[0] * 3600 + parts[1] * 60 + parts[2]
     if re.fullmatch(r"\d+", text):
         return int(text) * 60
-    raise UsageError(f"walltime must be H:MM:SS, H:MM or minutes, got {text!r}")
+    raise UsageError(f"--walltime must be H:MM:SS, H:MM or minutes, got {text!r}")
 
 
 def format_walltime(seconds: int) -> str:
@@ -112,22 +179,27 @@ def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, conf
     gpn = DEFAULT_GPUS_PER_NODE[scheduler] if gpus_per_node is None else gpus_per_node
     if not isinstance(gpn, int) or gpn < 1:
         raise UsageError(f"--gpus-per-node must be at least 1, got {gpn}")
-    if scheduler == "uge" and gpn != 4:
-        print(f"yasgd: warning: ABCI 2019 (UGE, rt_F) nodes hold 4 GPUs; rendering for {gpn}",
-              file=sys.stderr)
-    for name, value in (("group", group), ("queue", queue)):
-        if value is not None and not re.fullmatch(r"[A-Za-z0-9_.@:+-]+", value):
-            raise UsageError(f"--{name} must be a plain name, got {value!r}")
+    group = _directive_name(scheduler, "group", group)
+    queue = _directive_name(scheduler, "queue", queue)
     if not config:
         raise UsageError("--config is required")
+    plain_value("--config", config)
+    for item in overrides:
+        plain_value("override", item)
+    plain_value("the repository path", REPO)
+    if walltime is not None:
+        plain_value("--walltime", walltime)
     cfg = config_mod.load(config, list(overrides))
     ranks = nodes * gpn
     per_rank = config_mod.per_rank_batch(cfg, ranks)
     seconds = parse_walltime(walltime) if walltime else default_walltime(cfg, ranks)
     if seconds <= 0:
-        raise UsageError(f"walltime must be positive, got {walltime!r}")
+        raise UsageError(f"--walltime must be positive, got {walltime!r}")
     wt = format_walltime(seconds)
     queue = queue or DEFAULT_QUEUE[scheduler]
+    if scheduler == "uge" and gpn != 4:  # after every check: an error stays one line
+        print(f"yasgd: warning: ABCI 2019 (UGE, rt_F) nodes hold 4 GPUs; rendering for {gpn}",
+              file=sys.stderr)
 
     text = _template(scheduler)
     if scheduler == "pbs":
@@ -152,22 +224,32 @@ def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, conf
         if group:
             text = _sub_line(text, r"^##SBATCH --account=.*$", f"#SBATCH --account={group}")
 
+    # Values from the user: one shell word each (shell_word); the environment's
+    # YASGD_HOME and YASGD_CONFIG still win when set and not empty. shellcheck
+    # would flag a `$`, a backtick, a trailing backslash or a typographic quote
+    # inside single quotes, which are literal here on purpose.
+    literal = "# shellcheck disable=SC1003,SC1112,SC2016"
     block = [
         f"{BEGIN}: rendered for {nodes} node(s) x "
         f"{gpn} GPU(s) = {ranks} rank(s), {per_rank} image(s) per rank per step",
-        f'YASGD_HOME="${{YASGD_HOME:-{REPO}}}"',
-        f'YASGD_CONFIG="${{YASGD_CONFIG:-{_config_path(config)}}}"',
-        "YASGD_RENDERED_ARGS=(" + " ".join(shlex.quote(o) for o in overrides) + ")",
+        "# Each value below is one shell word, taken literally.",
+        literal,
+        f'if [ -z "${{YASGD_HOME:-}}" ]; then YASGD_HOME={shell_word(REPO)}; fi',
+        literal,
+        f'if [ -z "${{YASGD_CONFIG:-}}" ]; then YASGD_CONFIG={shell_word(_config_path(config))}; fi',
+        literal,
+        "YASGD_RENDERED_ARGS=(" + " ".join(shell_word(o) for o in overrides) + ")",
         END,
     ]
     start, stop = text.find(BEGIN), text.find(END)
     if start < 0 or stop < 0:
         raise AssertionError(f"{TEMPLATES[scheduler]} lacks the '{BEGIN}' block")
     text = text[:start] + "\n".join(block) + text[stop + len(END):]
-    header = (f"# Rendered by: yasgd jobs render --scheduler {scheduler} --nodes {nodes} "
-              f"--gpus-per-node {gpn} --config {shlex.quote(config)} --walltime {wt}"
-              + (f" --group {group}" if group else "") + (f" --queue {queue}" if queue else "")
-              + "".join(" " + shlex.quote(o) for o in overrides) + f"\n# from {TEMPLATES[scheduler]}\n")
+    argv = ["yasgd", "jobs", "render", "--scheduler", scheduler, "--nodes", str(nodes),
+            "--gpus-per-node", str(gpn), "--config", config, "--walltime", wt]
+    argv += (["--group", group] if group else []) + (["--queue", queue] if queue else [])
+    header = (f"# Rendered by: {one_line(shlex.join(argv + list(overrides)))}\n"
+              f"# from {TEMPLATES[scheduler]}\n")
     first_nl = text.index("\n") + 1
     directives = re.match(r"(?:#(?:PBS|\$|SBATCH|#SBATCH) .*\n)*", text[first_nl:]).end()
     cut = first_nl + directives
@@ -189,26 +271,72 @@ def submit_command(script_text: str, scheduler: str, output: Optional[str] = Non
     return cmd
 
 
+def output_path(output: str, scheduler: str) -> str:
+    """Where ``-o OUTPUT`` writes the script: OUTPUT itself, or
+    ``OUTPUT/job.sh`` (``job.sbatch`` for Slurm) when OUTPUT is a directory.
+    UsageError unless that is a writable regular file or a new file in an
+    existing, writable directory; nothing is written here."""
+    if not output:
+        raise UsageError("--output must not be empty")
+    plain_value("--output", output)
+    path = output
+    if os.path.isdir(path):
+        path = os.path.join(path, SCRIPT_NAME[scheduler])
+    elif output.endswith(os.sep):
+        raise UsageError(f"--output {output!r}: no such directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.lexists(path):
+        if not os.path.isfile(path):
+            raise UsageError(f"--output {path!r} exists and is not a regular file")
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"--output {path!r} is not writable")
+    elif not os.path.isdir(parent):
+        raise UsageError(f"--output {output!r}: directory {parent!r} does not exist")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--output {output!r}: directory {parent!r} is not writable")
+    return path
+
+
+def write_script(script_text: str, path: Optional[str] = None, executable: bool = False) -> None:
+    """The script into ``path`` (from :func:`output_path`), else onto stdout.
+    Undecodable bytes of the arguments (``surrogateescape``) are written back as
+    the bytes they were, so the script names the very files the user named."""
+    data = script_text.encode("utf-8", "surrogateescape")
+    if path is None:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+        if executable:
+            os.chmod(path, 0o755)
+    except OSError as e:
+        raise UsageError(f"cannot write --output {path!r}: {e.strerror or e}")
+
+
 def submit(script_text: str, scheduler: str, output: Optional[str] = None,
            dry_run: bool = False) -> int:
     """Submit with qsub (PBS; UGE: ``qsub -g GROUP``) or sbatch; the exit status of
-    that command. ``output``: also write the script there and submit that file
-    (else it goes on stdin). ``dry_run``: print the command (and the script when
-    it has no file), submit nothing."""
-    cmd = submit_command(script_text, scheduler, output)
-    if output:
-        with open(output, "w") as f:
-            f.write(script_text)
-        os.chmod(output, 0o755)
-    if dry_run:
-        where = "" if output else " < (script on stdin)"
-        print(f"would run: {shlex.join(cmd)}{where}")
-        if not output:
-            sys.stdout.write(script_text)
-        return 0
-    exe = shutil.which(cmd[0])
-    if exe is None:
+    that command. ``output``: also write the script there (:func:`output_path`)
+    and submit that file (else it goes on stdin). ``dry_run``: print the command
+    (and the script when it has no file), submit nothing. Everything is checked
+    before the file is written."""
+    path = output_path(output, scheduler) if output is not None else None
+    cmd = submit_command(script_text, scheduler, path)
+    exe = None if dry_run else shutil.which(cmd[0])
+    if not dry_run and exe is None:
         raise UsageError(f"{cmd[0]} not found on PATH: submit on the cluster's login node, "
                          f"or write the script with `yasgd jobs render -o FILE`")
-    proc = subprocess.run([exe] + cmd[1:], input=None if output else script_text, text=True)
+    if path is not None:
+        write_script(script_text, path, executable=True)
+    if dry_run:
+        where = "" if path else " < (script on stdin)"
+        print(f"would run: {shlex.join(cmd)}{where}")
+        if not path:
+            write_script(script_text)
+        return 0
+    proc = subprocess.run([exe] + cmd[1:], input=None if path else
+                          script_text.encode("utf-8", "surrogateescape"))
     return proc.returncode

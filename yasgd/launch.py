@@ -14,25 +14,32 @@ themselves and pass it). The exit status is mpirun's: when
 one rank dies, mpirun ends the others and exits non-zero (no hang).
 With ``--gloo`` it runs ``horovodrun --gloo`` instead.
 
-Signals: SIGTERM and SIGINT to the launcher are forwarded to mpirun, which
-forwards SIGTERM to every rank and kills them ``--grace`` seconds later
-(OpenMPI's ``odls_base_sigkill_timeout``: 10 s here instead of OpenMPI's 1 s,
-so that ``yasgd train`` can write its SIGTERM checkpoint; see yasgd.faults).
-The price: whenever mpirun aborts a job (a rank died or exited non-zero),
-OpenMPI 4.1 waits about twice that delay before it exits (measured: 2 s at
---grace 1, 9-10 s at --grace 5), so a failed 2-rank job ends ~20 s after the
-failure. After a forwarded SIGTERM the launcher exits 143 (0 if the job still
-ended successfully).
+Signals: the first SIGINT (Ctrl-C) or SIGTERM to the launcher goes, as that
+same signal, straight to every rank (not through mpirun, which would start
+killing them): the ranks stop together at the next step, write a checkpoint,
+leave a stop marker (``YASGD_STOP_FILE``, see yasgd.faults) and exit 0, so that
+mpirun ends at once; the launcher then exits 130 (SIGINT) or 143 (SIGTERM). A
+second SIGINT kills the whole job at once (exit 130; the previous checkpoint is
+intact). A job that finished before the signal took effect exits 0.
+``--grace`` is mpirun's delay between its own SIGTERM and SIGKILL to the ranks
+(OpenMPI's ``odls_base_sigkill_timeout``), used when mpirun aborts a job (a rank
+died, exited non-zero or called MPI_Abort): the ranks' checkpoint does not depend
+on it here, so it is short, and OpenMPI 4.1, which waits about twice this delay
+before it exits, ends a failed job soon after the failure.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from typing import List, Optional
+
+STOP_FILE_ENV = "YASGD_STOP_FILE"   # yasgd.faults.STOP_FILE_ENV (not imported: no numpy here)
 
 
 SINGLE_COPY_VAR = "OMPI_MCA_btl_vader_single_copy_mechanism"
@@ -132,7 +139,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--gloo", action="store_true", help="use horovodrun --gloo instead of mpirun")
     p.add_argument("--grace", type=int, default=None,
                    help="seconds between mpirun's SIGTERM and SIGKILL to the ranks (default: "
-                        "$OMPI_MCA_odls_base_sigkill_timeout, else 10)")
+                        "$OMPI_MCA_odls_base_sigkill_timeout, else 3)")
     p.add_argument("--no-tuning-defaults", action="store_true",
                    help="do not fill in jobs/common.sh's tuning variables (HOROVOD_*, MXNET_*, "
                         "...): run with the environment exactly as given")
@@ -142,13 +149,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not command:
         p.error("no command given")
     env = dict(os.environ)
+    user_grace = env.get("OMPI_MCA_odls_base_sigkill_timeout")
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.np)))
     if not args.no_tuning_defaults:
         env = with_tuning_defaults(env)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    if args.grace is not None:
-        env["OMPI_MCA_odls_base_sigkill_timeout"] = str(args.grace)
-    env.setdefault("OMPI_MCA_odls_base_sigkill_timeout", "10")
+    # not jobs/common.sh's longer delay: that one is for a scheduler signalling mpirun
+    env["OMPI_MCA_odls_base_sigkill_timeout"] = str(args.grace if args.grace is not None
+                                                    else user_grace or 3)
     exported = sorted(k for k in env if k.startswith(("OMP_", "MXNET_", "HOROVOD_", "NCCL_",
                                                        "PYTHON", "YASGD_", "KMP_")))
     if args.gloo:
@@ -156,31 +164,85 @@ def main(argv: Optional[List[str]] = None) -> int:
         cmd = [hvdrun, "--gloo", "-np", str(args.np), "-H", f"localhost:{args.np}"] + command
     else:
         cmd = mpirun_command(args.np, command, exported, env=env)
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
-    forwarded = []
+    with tempfile.TemporaryDirectory(prefix="yasgd-launch-") as tmp:
+        env[STOP_FILE_ENV] = os.path.join(tmp, "stopped")
+        return _supervise(cmd, env, args.timeout)
 
-    def forward(signum, frame):
-        forwarded.append(signum)
+
+def rank_pids(root: int) -> List[int]:
+    """Processes under ``root`` that are ranks (OpenMPI or Horovod set their rank)."""
+    kids: dict = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
+            with open(stat) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            kids.setdefault(ppid, []).append(int(stat.split("/")[2]))
+        except (OSError, IndexError, ValueError):
             pass
+    out, todo = [], [root]
+    while todo:
+        for pid in kids.get(todo.pop(), []):
+            todo.append(pid)
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    environ = b"\0" + f.read()
+            except OSError:
+                continue
+            if b"\0OMPI_COMM_WORLD_RANK=" in environ or b"\0HOROVOD_RANK=" in environ:
+                out.append(pid)
+    return out
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+
+def _supervise(cmd: List[str], env: dict, timeout: Optional[float]) -> int:
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    signals: List[int] = []
+
+    def kill_all() -> None:
+        for pid in rank_pids(proc.pid):
+            _kill(pid, signal.SIGKILL)
+        _kill(-proc.pid, signal.SIGKILL)
+
+    def on_signal(signum, frame):
+        signals.append(signum)
+        if len(signals) > 1 and signum == signal.SIGINT:
+            print("yasgd.launch: second SIGINT: killing the job", file=sys.stderr, flush=True)
+            kill_all()
+            return
+        if len(signals) == 1:
+            ranks = rank_pids(proc.pid)
+            for pid in ranks:
+                _kill(pid, signum)
+            if not ranks:   # nothing started yet: stop mpirun itself
+                _kill(-proc.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
-        rc = proc.wait(timeout=args.timeout)
+        rc = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        print(f"yasgd.launch: error: job exceeded {args.timeout:.0f} s; killing it", file=sys.stderr)
-        os.killpg(proc.pid, signal.SIGKILL)
+        print(f"yasgd.launch: error: job exceeded {timeout:.0f} s; killing it", file=sys.stderr)
+        kill_all()
         proc.wait()
         return 124
-    if forwarded:
-        print(f"yasgd.launch: job stopped by {signal.Signals(forwarded[0]).name} "
+    if len(signals) > 1 and signals[-1] == signal.SIGINT:
+        return 128 + signal.SIGINT
+    stop_file = env[STOP_FILE_ENV]
+    if os.path.isfile(stop_file):
+        with open(stop_file) as f:
+            signame = (f.read().split() or ["SIGTERM"])[0]
+        return 128 + (signal.SIGINT if signame == "SIGINT" else signal.SIGTERM)
+    if signals and rc != 0:
+        print(f"yasgd.launch: job stopped by {signal.Signals(signals[0]).name} "
               f"(mpirun exit status {rc})", file=sys.stderr)
-        return rc if rc == 0 else 128 + signal.SIGTERM
+        return 128 + signals[0]
     return rc
 
+
+def _kill(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -32,6 +32,7 @@ Every call also pays NCCL's fixed per-collective latency. Units: bytes, seconds,
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -608,8 +609,47 @@ def predict(*, preset: str = "abci2019", gpus: int = 2048, batch: int = 81920,
 def report(*, preset: str = "abci2019", gpus: int = 2048, batch: int = 81920, epochs: float = 90,
            images_per_gpu_s: Optional[float] = None, budget_bytes: Optional[int] = None,
            plot: Optional[str] = None, json_out: Optional[str] = None) -> str:
-    """``yasgd simulate``: the prediction as a text table; optionally a PNG and a JSON file."""
+    """``yasgd simulate``: the prediction as a text table; optionally a PNG and a JSON file
+    (``plot`` / ``json_out`` naming a directory: ``simulate.png`` / ``simulate.json`` in it).
+    Every argument is checked before any work."""
+    get_preset(preset)
+    for name, value, integer in (("--gpus", gpus, True), ("--batch", batch, True),
+                                 ("--epochs", epochs, False),
+                                 ("--images-per-gpu-s", images_per_gpu_s, False),
+                                 ("--budget-bytes", budget_bytes, True)):
+        if value is None and name in ("--images-per-gpu-s", "--budget-bytes"):
+            continue
+        if integer and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UsageError(f"{name} must be an integer >= 1, got {value!r}")
+        if not integer and (isinstance(value, bool) or not isinstance(value, (int, float))
+                            or not math.isfinite(value) or value <= 0):
+            raise UsageError(f"{name} must be a finite number > 0, got {value!r}")
+    plot = _output_file(plot, "--plot", "simulate.png")
+    json_out = _output_file(json_out, "--json", "simulate.json")
     from yasgd import simulate_plot
     return simulate_plot.report(preset=preset, gpus=gpus, batch=batch, epochs=epochs,
                                 images_per_gpu_s=images_per_gpu_s, budget_bytes=budget_bytes,
                                 plot=plot, json_out=json_out)
+
+
+def _output_file(path: Optional[str], what: str, name: str) -> Optional[str]:
+    """The file ``--plot`` / ``--json`` writes: ``path``, or ``path/name`` for a directory;
+    UsageError unless it can be written."""
+    if path is None:
+        return None
+    if path == "":
+        raise UsageError(f"{what} needs a file or directory name, got ''")
+    if os.path.isdir(path):
+        path = os.path.join(path, name)
+    elif path.endswith(os.sep):
+        raise UsageError(f"{what} {path}: directory {path} does not exist")
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise UsageError(f"{what} {path} exists and is not a regular file")
+    if not os.path.isdir(parent):
+        raise UsageError(f"{what} {path}: directory {parent} "
+                         + ("is not a directory" if os.path.lexists(parent) else "does not exist"))
+    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path)
+                                                    and not os.access(path, os.W_OK)):
+        raise UsageError(f"{what} {path} is not writable")
+    return path

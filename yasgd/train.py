@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from yasgd import UsageError, checkpoint, faults, mlperf, resume
 from yasgd import config as config_mod
+from yasgd.watchdog import Watchdog
 
 
 class TrainingError(RuntimeError):
@@ -39,14 +40,19 @@ class Setup:
     run_dir: Optional[str]
     log: Any
     resume_from: Optional[str] = None   # checkpoint to continue from (yasgd.checkpoint)
+    # progress watch (yasgd.watchdog); the default one is off (library callers, benchmarks)
+    watchdog: Watchdog = field(default_factory=lambda: Watchdog(0))
+    stop: Optional[faults.StopPoll] = None   # per-step signal poll (yasgd.faults), set by fit
 
 
 # -- start-up ----------------------------------------------------------------------
-def prepare_run_dir(cfg, world) -> Tuple[Optional[str], Optional[str]]:
-    """Rank 0 picks the checkpoint to resume from (run.resume), creates the run
-    directory (a resumed run continues in its checkpoint's) and checks it is
-    writable; all ranks learn (run_dir, checkpoint) or the error (so that no rank
-    waits for a rank that failed)."""
+def prepare_run_dir(cfg, world) -> Tuple[Optional[str], Optional["resume.ResumePlan"]]:
+    """Rank 0 turns run.resume into a plan (the checkpoints to try, newest first,
+    verified file by file: yasgd.resume.find_resume), creates the run directory (a
+    resumed run continues in its checkpoints' directory) and checks it is writable;
+    all ranks learn (run_dir, plan) or the error (so that no rank waits for a rank
+    that failed). Loading, and falling back past a checkpoint that does not load,
+    happen in yasgd.resume.restore once the network exists."""
     if not cfg.run.dir:
         return None, None
     result = None
@@ -54,14 +60,14 @@ def prepare_run_dir(cfg, world) -> Tuple[Optional[str], Optional[str]]:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = os.path.abspath(os.path.join(cfg.run.dir, f"{cfg.run.name}-{stamp}"))
         try:
-            ckpt = checkpoint.find_resume(cfg)
-            path = os.path.dirname(ckpt) if ckpt else path
+            plan = resume.find_resume(cfg)
+            path = plan.run_dir if plan else path
             os.makedirs(path, exist_ok=True)
             probe = os.path.join(path, ".write-test")
             with open(probe, "w") as f:
                 f.write("ok")
             os.remove(probe)
-            result = ("ok", path, ckpt)
+            result = ("ok", path, plan)
         except OSError as e:
             result = ("error", f"run directory {path} is not writable: {e.strerror or e}")
         except UsageError as e:
@@ -129,15 +135,18 @@ def train_epoch(s: Setup, epoch: int, step: int, skip: int = 0) -> Dict[str, flo
     from mxnet import autograd
     cfg, k = s.cfg, s.cfg.train.accumulate
     polish = epoch >= cfg.train.epochs - cfg.data.polish_epochs
-    s.train_loader.set_epoch(epoch, polish=polish)
+    wd = s.watchdog
+    wd.beat(step, epoch)
+    with wd.phase("epoch start"):
+        s.train_loader.set_epoch(epoch, polish=polish)
+        batches = iter(s.train_loader)
+        for _ in range(skip * k):   # resuming mid-epoch: replay this epoch's data order up to there
+            next(batches)
     loss_sum = mx.nd.zeros((1,), ctx=s.ctx, dtype="float64")
     correct = mx.nd.zeros((1,), ctx=s.ctx, dtype="float64")
     bad = mx.nd.zeros((1,), ctx=s.ctx, dtype="float64")   # steps since the loss became non-finite
     seen, window_t, window_steps, last = 0, time.time(), 0, {}
     s.log.bar_start(s.steps_per_epoch, f"epoch {epoch + 1}/{cfg.train.epochs}")
-    batches = iter(s.train_loader)
-    for _ in range(skip * k):   # resuming mid-epoch: replay this epoch's data order up to there
-        next(batches)
     for i in range(skip, s.steps_per_epoch):
         for _ in range(k):
             x, y = next(batches)
@@ -160,9 +169,17 @@ def train_epoch(s: Setup, epoch: int, step: int, skip: int = 0) -> Dict[str, flo
         step += 1
         window_steps += 1
         bad += 1 - mx.nd.contrib.isfinite(loss_sum)   # on the device, no sync (yasgd.faults)
-        if step % cfg.train.log_interval == 0 or i == s.steps_per_epoch - 1:
+        last_step = i == s.steps_per_epoch - 1 or (cfg.train.max_steps and step >= cfg.train.max_steps)
+        if step % cfg.train.log_interval == 0 or last_step:
             last = _log_train(s, epoch, step, loss_sum, correct, seen, window_t, window_steps, bad)
+            wd.step_time((time.time() - window_t) / window_steps)
             window_t, window_steps = time.time(), 0
+        # signals: every rank learns of them at the same step (yasgd.faults.StopPoll)
+        signame = s.stop.after_step(step) if s.stop is not None else None
+        wd.beat(step)
+        if signame:
+            s.log.bar_close()
+            raise faults.StopRequested(step, epoch, signame)
         s.log.bar_update(1, **({"loss": f"{last['loss']:.3f}"} if last else {}))
         if cfg.train.max_steps and step >= cfg.train.max_steps:
             break
@@ -172,10 +189,8 @@ def train_epoch(s: Setup, epoch: int, step: int, skip: int = 0) -> Dict[str, flo
 
 
 def _log_train(s: Setup, epoch, step, loss_sum, correct, seen, window_t, window_steps, bad):
-    # SYNC: metrics, the non-finite count and the SIGTERM flag reduced across ranks
-    # at log intervals only.
-    local = np.concatenate([loss_sum.asnumpy(), correct.asnumpy(), [float(seen)], bad.asnumpy(),
-                            [faults.stop_flag()]])
+    # SYNC: metrics and the non-finite count reduced across ranks at log intervals only.
+    local = np.concatenate([loss_sum.asnumpy(), correct.asnumpy(), [float(seen)], bad.asnumpy()])
     tot = s.world.allreduce_sum(local, name=f"yasgd.metrics.{step}")
     loss, acc = tot[0] / tot[2], tot[1] / tot[2]
     if not np.isfinite(loss):
@@ -190,8 +205,6 @@ def _log_train(s: Setup, epoch, step, loss_sum, correct, seen, window_t, window_
     rec = {"epoch": epoch + 1, "step": step, "loss": float(loss), "train_acc": float(acc),
            "lr": float(lr), "img_per_s": float(ips)}
     s.log.event("train", **rec)
-    if tot[4] > 0:
-        raise faults.StopRequested(step, epoch)
     return rec
 
 
@@ -201,18 +214,23 @@ def evaluate(s: Setup) -> float:
     import mxnet as mx
     if s.cfg.train.bn_recalibrate_batches:
         from yasgd import bn
-        bn.recalibrate(s.net, s.train_loader, s.cfg.train.bn_recalibrate_batches, s.world,
-                       dtype=s.cfg.model.dtype)
+        with s.watchdog.phase("BN re-estimation"):
+            bn.recalibrate(s.net, s.train_loader, s.cfg.train.bn_recalibrate_batches, s.world,
+                           dtype=s.cfg.model.dtype)
     correct = mx.nd.zeros((1,), ctx=s.ctx, dtype="float64")
     count = 0
-    s.val_loader.set_epoch(0)
-    for x, y in s.val_loader:
-        if s.cfg.model.dtype == "float16":
-            x = x.astype("float16")
-        out = s.net(x)
-        correct += (out.argmax(axis=1) == y.astype(out.dtype)).sum().astype("float64")
-        count += x.shape[0]
-    tot = s.world.allreduce_sum([correct.asscalar(), float(count)], name="yasgd.eval")  # SYNC
+    with s.watchdog.phase("evaluation"):
+        s.val_loader.set_epoch(0)
+        for x, y in s.val_loader:
+            if s.cfg.model.dtype == "float16":
+                x = x.astype("float16")
+            out = s.net(x)
+            correct += (out.argmax(axis=1) == y.astype(out.dtype)).sum().astype("float64")
+            count += x.shape[0]
+            s.watchdog.beat()
+        local = [correct.asscalar(), float(count)]   # SYNC: this rank's evaluation done
+    # the reduction is a collective: waiting in it is waiting for a peer, not an evaluation
+    tot = s.world.allreduce_sum(local, name="yasgd.eval")  # SYNC
     return float(tot[0] / tot[1])
 
 
@@ -229,7 +247,8 @@ def fit(s: Setup) -> Dict[str, Any]:
         cfg.dump(os.path.join(s.run_dir, "config.yaml"))
         from yasgd import provenance
         provenance.write(s.run_dir, world_size=s.world.size)
-    log.say(f"yasgd: {cfg.model.name} on {cfg.data.kind}, {s.world.size} rank(s) x "
+    ranks = f"{s.world.size} ranks" if s.world.size > 1 else "1 rank"
+    log.say(f"yasgd: {cfg.model.name} on {cfg.data.kind}, {ranks} x "
             f"{s.per_rank} x {cfg.train.accumulate} = global batch {cfg.train.global_batch}, "
             f"{s.steps_per_epoch} steps/epoch, {cfg.train.epochs} epochs, optimizer {cfg.optim.name}")
     log.event("start", world_size=s.world.size, per_rank_batch=s.per_rank,
@@ -237,7 +256,9 @@ def fit(s: Setup) -> Dict[str, Any]:
     ml = mlperf.MLPerfLog.for_run(s, lambda e: should_evaluate(cfg, e))   # rank 0: mlperf.log
     # Resume: parameters, optimizer state and counters of the chosen checkpoint, every rank.
     start_epoch, step, elapsed = resume.restore(s)
-    faults.install_sigterm_handler()   # SIGTERM: checkpoint at the next log interval, then exit
+    # SIGINT/SIGTERM from here on: every rank stops at one step boundary with a checkpoint
+    s.stop = faults.StopPoll(s.world)
+    faults.arm()
     ml.run_start()
     t0, acc, reached, epoch = time.time() - elapsed, None, None, start_epoch - 1
     for epoch in range(start_epoch, cfg.train.epochs):
@@ -245,12 +266,16 @@ def fit(s: Setup) -> Dict[str, Any]:
         ml.epoch_start(epoch)
         try:
             last = train_epoch(s, epoch, step, skip=step - epoch * s.steps_per_epoch)
-        except faults.StopRequested as stop:   # some rank got SIGTERM: every rank stops here
-            path = checkpoint.save(s, stop.step, time.time() - t0)
-            log.event("terminated", signal="SIGTERM", step=stop.step, checkpoint=path)
+        except faults.StopRequested as stop:   # a rank got a signal: every rank stops here
+            s.stop.drain()
+            path = save_checkpoint(s, stop.step, time.time() - t0)
+            log.event("terminated", signal=stop.signame, step=stop.step, checkpoint=path)
             log.close()
-            raise faults.Terminated(f"stopped by SIGTERM at step {stop.step} (epoch {epoch + 1}); "
-                                    f"checkpoint {path}; continue with run.resume=auto", path)
+            s.watchdog.stop()
+            where = f"checkpoint {path}; continue with run.resume=auto" if path else \
+                "no checkpoint (no run directory, or train.keep_checkpoints=0)"
+            raise faults.Terminated(f"stopped by {stop.signame} at step {stop.step} (epoch "
+                                    f"{epoch + 1}); {where}", stop.signame, path)
         step = last["step"]
         ml.epoch_stop(epoch)
         line = (f"epoch {epoch + 1:3d}/{cfg.train.epochs}  loss {last['loss']:.4f}  "
@@ -265,14 +290,14 @@ def fit(s: Setup) -> Dict[str, Any]:
                 reached = {"epoch": epoch + 1, "seconds": time.time() - t0}
         log.say(line)
         if checkpoint.due(cfg, epoch):
-            checkpoint.save(s, step, time.time() - t0)
+            save_checkpoint(s, step, time.time() - t0)
         if reached or (cfg.train.max_steps and step >= cfg.train.max_steps):
             break
     if acc is None:
         ml.eval_start(max(epoch, 0))
         acc = evaluate(s)
         ml.eval_stop(max(epoch, 0), acc)
-    checkpoint.save(s, step, time.time() - t0)   # at the end (kept if already written)
+    save_checkpoint(s, step, time.time() - t0)   # at the end (kept if already written)
     result = {"test_accuracy": acc, "epochs": epoch + 1, "steps": step,
               "seconds": time.time() - t0, "run_dir": s.run_dir, "target_reached": reached,
               "epochs_to_accuracy": reached and reached["epoch"],
@@ -290,7 +315,14 @@ def fit(s: Setup) -> Dict[str, Any]:
     if s.run_dir:
         log.say(f"run directory: {s.run_dir}")
     log.close()
+    s.watchdog.stop()
     return result
+
+
+def save_checkpoint(s: Setup, step: int, elapsed: float) -> Optional[str]:
+    """checkpoint.save under the watchdog's checkpoint allowance."""
+    with s.watchdog.phase("checkpoint"):
+        return checkpoint.save(s, step, elapsed)
 
 
 def run_from_config(cfg) -> Dict[str, Any]:
@@ -299,4 +331,8 @@ def run_from_config(cfg) -> Dict[str, Any]:
     config_mod.per_rank_batch(cfg, dist.env_world_size())   # before Horovod starts
     data.check_data(cfg)
     world = dist.world()
-    return fit(build(cfg, world))
+    # the stall watchdog covers everything from here on, start-up included
+    watch = Watchdog(config_mod.stall_timeout(cfg), rank=world.rank, size=world.size).start()
+    s = build(cfg, world)
+    s.watchdog = watch
+    return fit(s)

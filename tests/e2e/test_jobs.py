@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -159,11 +161,11 @@ def test_shellcheck_jobs_and_rendered_scripts():
 
 def test_render_fills_directives_and_validates(tmp_path):
     pbs = jobs.render(scheduler="pbs", nodes=256, config=CONFIG, group="gab12345",
-                      overrides=["train.global_batch=81920", "run.name=a b"])
+                      overrides=["train.global_batch=81920", "mlperf.org=a b"])
     assert "#PBS -l select=256:mpiprocs=8\n" in pbs and "#PBS -q rt_HF\n" in pbs
     assert "#PBS -P gab12345\n" in pbs and re.search(r"^#PBS -l walltime=\d+:\d\d:00$", pbs, re.M)
-    assert "YASGD_RENDERED_ARGS=(train.global_batch=81920 'run.name=a b')" in pbs
-    assert f'YASGD_HOME="${{YASGD_HOME:-{REPO}}}"' in pbs
+    assert "YASGD_RENDERED_ARGS=(train.global_batch=81920 'mlperf.org=a b')" in pbs
+    assert f'if [ -z "${{YASGD_HOME:-}}" ]; then YASGD_HOME={shlex.quote(REPO)}; fi\n' in pbs
     uge = jobs.render(scheduler="uge", nodes=512, config=CONFIG, walltime="0:05:00",
                       group="gab12345", overrides=["train.global_batch=81920"])
     assert "#$ -l rt_F=512\n" in uge and "#$ -l h_rt=0:05:00\n" in uge
@@ -292,6 +294,40 @@ def test_slurm_job_exit_status_is_mpiruns(tmp_path, local_slurm):  # noqa: F811
     output = (tmp_path / f"yasgd-{job}.out").read_text()
     assert (state, code) == ("FAILED", 5), output[-3000:]
     assert "mpirun exited with status 5" in output
+
+
+def test_scancel_checkpoints_and_exits_143(tmp_path, local_slurm):  # noqa: F811
+    """scancel (SIGTERM to every process of the job, KillWait 30 s before SIGKILL): the
+    ranks stop together with a checkpoint, the job script waits for them and exits 143."""
+    long = ["train.epochs=60", "train.max_steps=0", "train.checkpoint_every=1",
+            "train.eval_every=100"]
+    script = tmp_path / "job.sbatch"
+    script.write_text(jobs.render(scheduler="slurm", nodes=1, gpus_per_node=2, config=CONFIG,
+                                  walltime="0:10:00", overrides=long))
+    job = local_slurm.sbatch(str(script), cwd=str(tmp_path), env=job_env(tmp_path))
+    out_file = tmp_path / f"yasgd-{job}.out"
+    deadline = time.time() + JOB_TIMEOUT
+    while time.time() < deadline and not re.search(
+            r"^epoch +2/60", out_file.read_text() if out_file.exists() else "", re.M):
+        time.sleep(0.5)
+    local_slurm._run("scancel", job)
+    t0 = time.time()
+    state, code = local_slurm.wait(job, timeout=120)
+    took = time.time() - t0
+    output = out_file.read_text()
+    assert state == "CANCELLED", output[-4000:] + local_slurm.logs()
+    assert "Traceback" not in output, output[-4000:]
+    job_dir = next((tmp_path / "runs").glob(f"tiny-slurm-{job}*"))
+    assert (job_dir / "exit_status").read_text().strip() == "143", output[-4000:]
+    # mpirun, signalled too, may drop the ranks' last lines; the job script's line stays
+    m = re.search(r"^\[yasgd-job\] stopped by SIGTERM with checkpoint (\S+) \(exit status 143\);"
+                  r" continue with run.resume=auto", output, re.M)
+    assert m, output[-4000:]
+    from yasgd import checkpoint
+    checkpoint.verify(m.group(1), deep=True)
+    assert os.path.dirname(os.path.dirname(m.group(1))) == str(job_dir)
+    assert took < 30, f"{took:.1f} s"
+    print(f"\nscancel: {m.group(0)} ({took:.1f} s)")
 
 
 # -- rank layout on real clusters (GPU nodes faked) --------------------------------------

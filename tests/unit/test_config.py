@@ -36,7 +36,7 @@ def test_dump_round_trip(tmp_path):
     (["train.nonsense=1"], "unknown config key train.nonsense"),
     (["bogus.x=1"], "unknown config section"),
     (["train.epochs=ten"], "train.epochs must be an integer"),
-    (["optim.lr=fast"], "optim.lr must be a number"),
+    (["optim.lr=fast"], "optim.lr must be a finite number > 0"),
     (["optim.fused=maybe"], "optim.fused must be a boolean"),
     (["optim.name=adam"], "optim.name must be one of"),
     (["schedule.warmup_epochs=100"], "warmup_epochs"),
@@ -46,6 +46,33 @@ def test_dump_round_trip(tmp_path):
 def test_bad_values_raise(override, words):
     with pytest.raises(UsageError, match=words):
         config.load(None, override)
+
+
+@pytest.mark.parametrize("value, want", [("auto", None), ("0", 0.0), ("90", 90.0), ("2.5", 2.5),
+                                         ("1e3", 1000.0)])
+def test_stall_timeout(value, want):
+    cfg = config.load(None, [f"run.stall_timeout_s={value}"])
+    assert config.stall_timeout(cfg) == want
+    assert config.stall_timeout(config.load(None)) is None       # default: auto
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", ".nan", ".inf", "nan", "[]"])
+def test_stall_timeout_rejects(value):
+    with pytest.raises(UsageError, match="run.stall_timeout_s must be auto or a finite number"):
+        config.load(None, [f"run.stall_timeout_s={value}"])
+
+
+def test_section_left_empty_means_defaults(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\noptim: {}\n")
+    assert config.load(str(path)).to_dict() == config.Config().to_dict()
+
+
+def test_merge_keys_may_be_overridden(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("schedule: {warmup_epochs: 1}\ntrain: {<<: {epochs: 3, global_batch: 64}, epochs: 4}\n")
+    cfg = config.load(str(path))
+    assert (cfg.train.epochs, cfg.train.global_batch) == (4, 64)
 
 
 @pytest.mark.parametrize("overrides, want", [

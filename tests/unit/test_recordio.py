@@ -3,7 +3,9 @@
 im2rec round trip (read back with MXNet's own reader), verify, the loaders'
 transforms and sharding, the final-polishing switch, and every error case
 (truncated .rec, missing .idx, corrupted record, class layout / class index
-mismatch) both in-process and through the CLI (exit status 2, file + record named).
+mismatch) both in-process and through the CLI (file + record named; exit status 1
+for damaged records, 2 for files that cannot be checked). More cases of
+``data im2rec`` / ``data verify`` are in test_data_tools.py.
 """
 import os
 import shutil
@@ -134,8 +136,9 @@ def test_truncated_rec(data, tmp_path):
     last = int(np.argmax(RecordFile(os.path.join(rec, "train")).offsets))
     with pytest.raises(RecordIOError, match=rf"train\.rec: truncated: record {last} .*file ends"):
         recordio.check(cfg_for(rec))
-    p = cli("data", "verify", os.path.join(rec, "train"))
-    assert p.returncode == 2 and "train.rec: truncated" in p.stderr and f"record {last}" in p.stderr
+    p = cli("data", "verify", os.path.join(rec, "train"))  # damaged data: a finding, status 1
+    assert p.returncode == 1 and "train.rec: 1 of 80 records damaged" in p.stderr
+    assert f"truncated: record {last} " in p.stderr and "Traceback" not in p.stderr
     with open(path, "r+b") as f:  # cut inside the index's range: records lost
         f.truncate(2000)
     with pytest.raises(RecordIOError, match=r"truncated: .* puts record \d+ .* records lost"):
@@ -160,10 +163,12 @@ def test_corrupted_record(data, tmp_path):
     with open(os.path.join(rec, "train.rec"), "r+b") as f:  # garbage over the JPEG, framing intact
         f.seek(int(rf.offsets[k]) + 8 + 24)
         f.write(b"\x00" * 64)
-    with pytest.raises(RecordIOError, match=rf"train\.rec: record {k} .* corrupted.*does not decode"):
+    with pytest.raises(im2rec.DamagedRecords,
+                       match=rf"train\.rec: 1 of 80 records damaged; first: record {k} .* "
+                             "corrupted: .*differ.* and .*does not decode"):
         im2rec.verify(os.path.join(rec, "train"))
     p = cli("data", "verify", os.path.join(rec, "train"))
-    assert p.returncode == 2 and f"record {k} " in p.stderr and "corrupted" in p.stderr
+    assert p.returncode == 1 and f"record {k} " in p.stderr and "corrupted" in p.stderr
     # the loader meets it mid-epoch and stops with the same message
     loader = RecordTrainLoader(os.path.join(rec, "train"), rank=0, size=1, batch_size=8,
                                ctx=mx.cpu(), seed=0, num_classes=10, image_size=16)
@@ -174,8 +179,9 @@ def test_corrupted_record(data, tmp_path):
     with open(os.path.join(rec, "train.rec"), "r+b") as f:
         f.seek(int(rf.offsets[j]))
         f.write(b"\xde\xad\xbe\xef")
-    p = cli("data", "verify", os.path.join(rec, "train"))
-    assert p.returncode == 2 and f"record {j} " in p.stderr and "no RecordIO magic" in p.stderr
+    p = cli("data", "verify", os.path.join(rec, "train"))  # the first of the two is named
+    assert p.returncode == 1 and "2 of 80 records damaged" in p.stderr
+    assert f"first: record {j} " in p.stderr and "no RecordIO magic" in p.stderr
 
 
 def test_class_index_mismatch(data, tmp_path):

@@ -1,5 +1,6 @@
 """``python -m yasgd.bench.summary --out DIR``: every ``bench_*.json``/``bench_*.md`` in DIR
-collected into ``DIR/SUMMARY.md`` (the last step of ``make bench``).
+collected into ``DIR/SUMMARY.md`` (``make bench``, before yasgd.bench.report writes the
+figures of the README and docs/ from the same records).
 
 SUMMARY.md holds: the hardware and software of this machine (yasgd.bench.common.hardware),
 an index of the benchmarks found (quick or full run, load average when each started, its
@@ -57,12 +58,28 @@ def collect(out_dir: str) -> Dict[str, Dict[str, object]]:
     return dict(sorted(found.items(), key=lambda kv: (order.get(kv[0], len(ORDER)), kv[0])))
 
 
+def acceptance_rows(found: Dict[str, Dict[str, object]]) -> List[List[str]]:
+    """[bench, criterion, measured, verdict] of every acceptance line in ``found`` (as
+    :func:`collect` returns it); also the acceptance table of docs/benchmarks.md
+    (yasgd.bench.report)."""
+    rows = []
+    for name, e in found.items():
+        for a in (e["json"] or {}).get("acceptance") or []:
+            val = "n/a" if a.get("value") is None else \
+                f"{common.acceptance_value(a)}{a.get('unit', '')}"
+            verdict = {True: "met", False: "**not met**", None: "n/a"}[a.get("met")]
+            if (e["json"] or {}).get("quick"):
+                verdict += " (quick run)"
+            rows.append([name, a["criterion"], val, verdict])
+    return rows
+
+
 def render(out_dir: str, found: Dict[str, Dict[str, object]], hw: Dict[str, object]) -> str:
     lines = ["# yasgd benchmarks: summary", "",
              f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by "
              f"`python -m yasgd.bench.summary --out {out_dir}` from the bench_*.json/.md files "
              f"in this folder. Every benchmark skips warm-up, reports medians and compares its "
-             f"arms side by side in one run (design principle 9).", "",
+             f"arms side by side in one run.", "",
              "## Hardware and software", "", common.hardware_line(hw), ""]
     env = hw.get("tuning_env") or {}
     if env:
@@ -90,15 +107,7 @@ def render(out_dir: str, found: Dict[str, Dict[str, object]], hw: Dict[str, obje
     if missing:
         lines += [f"Not in this folder (not run, or failed): {', '.join(missing)}.", ""]
     # every acceptance line
-    acc_rows = []
-    for name, e in found.items():
-        for a in (e["json"] or {}).get("acceptance") or []:
-            val = "n/a" if a.get("value") is None else \
-                f"{common.acceptance_value(a)}{a.get('unit', '')}"
-            verdict = {True: "met", False: "**not met**", None: "n/a"}[a.get("met")]
-            if (e["json"] or {}).get("quick"):
-                verdict += " (quick run)"
-            acc_rows.append([name, a["criterion"], val, verdict])
+    acc_rows = acceptance_rows(found)
     if acc_rows:
         lines += ["## Acceptance lines", "",
                   common.md_table(["bench", "criterion", "measured", "verdict"], acc_rows, "llrl"),

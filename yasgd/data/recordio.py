@@ -71,15 +71,18 @@ fills the last batch up with other images (with ``round_batch=False`` it even
 reports no padding).
 
 ``check`` finds a missing or unreadable file, a truncated ``.rec``, an ``.idx``
-that does not belong to the ``.rec``, a corrupted record among a sample of 33,
-and a ``classes.txt`` that does not match the labels; the loaders raise the same
-clear error (file and record index) on any corrupted record they meet, and
-``yasgd data verify PREFIX`` checks every record.
+that is no usable index (binary or non-numeric line, negative or duplicate key,
+two keys at one offset, an offset past the end of the ``.rec``; :func:`read_idx`
+names the line) or does not belong to the ``.rec``, a corrupted record among a
+sample of 33, and a ``classes.txt`` that does not match the labels; the loaders
+raise the same clear error (file and record index) on any corrupted record they
+meet, and ``yasgd data verify PREFIX`` checks every record (``yasgd.data.im2rec``).
 """
 from __future__ import annotations
 
 import math
 import os
+import re
 import struct
 from collections import deque
 from typing import List, Tuple
@@ -120,6 +123,86 @@ def read_classes(path: str) -> List[str]:
     return names
 
 
+# The start of a line that is not "<key>\t<offset>" as MXNet writes it (at most 18 digits
+# each, so int64 holds them); a lookahead per line start, so linear in the file size.
+_IDX_BAD_LINE = re.compile(rb"^(?![0-9]{1,18}[ \t]+[0-9]{1,18}[ \t\r]*$)(?:.|\n)", re.M)
+_INT = re.compile(rb"-?[0-9]+")
+_BINARY = re.compile(rb"[^\t\r\x20-\x7e]")
+_INT64_MAX = (1 << 63) - 1
+
+
+def read_idx(idx_path: str, rec_path: str, rec_size: int) -> Tuple[np.ndarray, np.ndarray,
+                                                                   np.ndarray]:
+    """(keys, offsets, line numbers) of an ``.idx``; RecordIOError naming the line if unusable.
+
+    Rejects binary or non-numeric lines, negative numbers, duplicate keys, two keys at
+    one offset and offsets past the end of ``rec_path`` (``rec_size`` bytes). Offsets
+    need not increase: MXNet's format does not require it and :class:`RecordFile`
+    finds each record's end from the sorted offsets. Blank lines are skipped.
+    """
+    try:
+        with open(idx_path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise RecordIOError(f"{idx_path}: cannot read: {e.strerror}") from None
+    if not _IDX_BAD_LINE.search(data):  # the common case, vectorised: record i on line i + 1
+        tokens = data.split()
+        keys = np.array(tokens[0::2], dtype=np.int64)
+        offsets = np.array(tokens[1::2], dtype=np.int64)
+        lines = np.arange(1, keys.size + 1)
+    else:
+        keys, offsets, lines = _read_idx_lines(idx_path, data)
+    if keys.size == 0:
+        raise RecordIOError(f"{idx_path}: holds no records")
+    for values, what in ((keys, "give key"), (offsets, "put a record at byte")):
+        if (np.diff(values) > 0).all():  # increasing, as im2rec writes them: no duplicate
+            continue
+        order = np.argsort(values, kind="stable")
+        same = np.flatnonzero(values[order][1:] == values[order][:-1])
+        if same.size:
+            a, b = sorted(int(lines[order[j]]) for j in (same[0], same[0] + 1))
+            raise RecordIOError(f"{idx_path}: lines {a} and {b} both {what} "
+                                f"{values[order[same[0]]]} (corrupted index)")
+    beyond = np.flatnonzero(offsets > rec_size - 8)
+    if beyond.size:
+        i = int(beyond[0])
+        raise RecordIOError(
+            f"{rec_path}: truncated: {idx_path} line {lines[i]} puts record {i} (key {keys[i]}) "
+            f"at byte {offsets[i]} but the file has only {rec_size} bytes "
+            f"({beyond.size} records lost; an incomplete copy, or an .idx of another file?)")
+    return keys, offsets, lines
+
+
+def _read_idx_lines(idx_path: str, data: bytes) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`read_idx` line by line, for an index the fast pattern rejects: finds the bad line."""
+    keys, offsets, lines = [], [], []
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        parts = raw.split()
+        if not parts:
+            continue
+        shown = raw.strip()[:60]
+        if _BINARY.search(raw):
+            raise RecordIOError(f"{idx_path}: line {n} is binary, not '<key><TAB><offset>': "
+                                f"{shown!r} (corrupted index, or not an .idx file)")
+        values = [int(p) if _INT.fullmatch(p) else None for p in parts]
+        if len(values) == 2 and None not in values:
+            for v, what in zip(values, ("key", "offset")):
+                if v < 0:
+                    raise RecordIOError(f"{idx_path}: line {n}: negative {what} {v} "
+                                        "(corrupted index)")
+                if v > _INT64_MAX:
+                    raise RecordIOError(f"{idx_path}: line {n}: {what} {v} is out of range "
+                                        "(corrupted index)")
+            keys.append(values[0])
+            offsets.append(values[1])
+            lines.append(n)
+            continue
+        raise RecordIOError(f"{idx_path}: line {n} is not '<key><TAB><offset>': "
+                            f"{shown.decode('ascii')!r} (corrupted index)")
+    return (np.array(keys, dtype=np.int64), np.array(offsets, dtype=np.int64),
+            np.array(lines, dtype=np.int64))
+
+
 class RecordFile:
     """Random access to the records of ``prefix.rec`` through ``prefix.idx``, thread-safe.
 
@@ -134,42 +217,16 @@ class RecordFile:
         if not os.path.isfile(self.idx_path):
             raise RecordIOError(f"{self.idx_path}: missing: the index of {self.rec_path} is "
                                 "needed for random access (`yasgd data im2rec` writes both)")
-        self.keys, self.offsets = self._read_idx()
         self.size = os.path.getsize(self.rec_path)
+        self.keys, self.offsets, self.lines = read_idx(self.idx_path, self.rec_path, self.size)
         order = np.argsort(self.offsets, kind="stable")
         ends = np.empty_like(self.offsets)
         ends[order] = np.append(self.offsets[order][1:], self.size)
         self.ends = ends
-        beyond = np.flatnonzero(self.offsets + 8 > self.size)
-        if beyond.size:
-            i = int(beyond[0])
-            raise RecordIOError(
-                f"{self.rec_path}: truncated: {self.idx_path} puts record {i} (key {self.keys[i]}) "
-                f"at byte {self.offsets[i]} but the file has only {self.size} bytes "
-                f"({beyond.size} records lost; an incomplete copy, or an .idx of another file?)")
-        self.fd = os.open(self.rec_path, os.O_RDONLY)
-
-    def _read_idx(self) -> Tuple[np.ndarray, np.ndarray]:
-        with open(self.idx_path) as f:
-            text = f.read()
-        tokens = text.split()
         try:
-            if len(tokens) % 2:
-                raise ValueError
-            keys = np.array(tokens[0::2], dtype=np.int64)
-            offsets = np.array(tokens[1::2], dtype=np.int64)
-        except ValueError:
-            for n, line in enumerate(text.splitlines(), 1):
-                parts = line.split()
-                if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
-                    raise RecordIOError(f"{self.idx_path}: line {n} is not '<key><TAB><offset>': "
-                                        f"{line[:60]!r} (corrupted index)")
-            raise RecordIOError(f"{self.idx_path}: corrupted index")
-        if keys.size == 0:
-            raise RecordIOError(f"{self.idx_path}: holds no records")
-        if (offsets < 0).any():
-            raise RecordIOError(f"{self.idx_path}: negative offset (corrupted index)")
-        return keys, offsets
+            self.fd = os.open(self.rec_path, os.O_RDONLY)
+        except OSError as e:
+            raise RecordIOError(f"{self.rec_path}: cannot read: {e.strerror}") from None
 
     def __len__(self) -> int:
         return int(self.keys.size)
@@ -187,6 +244,10 @@ class RecordFile:
 
     def read(self, i: int) -> Tuple[float, int, bytes]:
         """(label, header id, payload) of record number ``i`` (position in the .idx)."""
+        return self.unpack(i, self.read_record(i))
+
+    def read_record(self, i: int) -> bytes:
+        """The bytes of record number ``i`` (IRHeader + payload), framing checked and removed."""
         off, end = int(self.offsets[i]), int(self.ends[i])
         buf = os.pread(self.fd, end - off, off)
         pos, parts = 0, []
@@ -209,7 +270,10 @@ class RecordFile:
                 parts.append(_MAGIC_BYTES)
                 continue
             raise RecordIOError(f"{self._where(i)} is corrupted: bad continuation flag {cflag}")
-        record = b"".join(parts) if len(parts) > 1 else parts[0]
+        return b"".join(parts) if len(parts) > 1 else parts[0]
+
+    def unpack(self, i: int, record: bytes) -> Tuple[float, int, bytes]:
+        """(label, header id, payload) of the bytes :meth:`read_record` returned for ``i``."""
         if len(record) < _HEADER.size:
             raise RecordIOError(f"{self._where(i)} is corrupted: {len(record)} bytes, shorter than "
                                 "the image record header")
@@ -222,6 +286,23 @@ class RecordFile:
             label = struct.unpack_from("f", record, start)[0]
             start += 4 * flag
         return float(label), int(rid), record[start:]
+
+    def read_header(self, i: int) -> Tuple[float, int]:
+        """(label, header id) of record ``i`` from its first 32 bytes: framing, length, header.
+
+        A record that is not the plain case (one part, scalar label) is read in full.
+        """
+        off, end = int(self.offsets[i]), int(self.ends[i])
+        head = os.pread(self.fd, min(end - off, 8 + _HEADER.size), off)
+        if len(head) == 8 + _HEADER.size:
+            magic, lrec = struct.unpack_from("<II", head, 0)
+            length = lrec & ((1 << 29) - 1)
+            if magic == MAGIC and lrec >> 29 == 0 and _HEADER.size <= length <= end - off - 8:
+                flag, label, rid, _ = _HEADER.unpack_from(head, 8)
+                if flag == 0:
+                    return float(label), int(rid)
+        label, rid, _ = self.read(i)  # raises the precise error, or handles the rare layouts
+        return label, rid
 
     def _short(self, i: int, needed_end: int) -> RecordIOError:
         if int(self.ends[i]) >= self.size:

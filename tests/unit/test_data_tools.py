@@ -1,0 +1,290 @@
+"""`yasgd data im2rec` and `yasgd data verify` on real JPEGs and real damaged files.
+
+Every case that a user can meet goes through the installed ``yasgd`` command and
+asserts the exit status, the one ``yasgd: error:`` line (status 1 and 2) and that
+no traceback escapes: 0 = fine, 1 = damaged records found, 2 = cannot check /
+bad input. The many ways an ``.idx`` or a digest file can be malformed are
+checked in-process as well (same code path, no interpreter start each).
+"""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import cv2
+import mxnet as mx
+import numpy as np
+import pytest
+
+from yasgd import UsageError
+from yasgd.data import im2rec
+from yasgd.data.recordio import RecordFile, RecordIOError, RecordTrainLoader
+from yasgd.data.testdata import make_imagenet_folder, wnid
+
+YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
+CLASSES, PER_TRAIN, PER_VAL = 3, 6, 2
+N_TRAIN = CLASSES * PER_TRAIN  # good training images; two bad files are added
+
+
+def yasgd(*args):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([YASGD, *map(str, args)], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def errors(p):
+    """The stderr lines that report an error (argparse's or ours)."""
+    assert "Traceback" not in p.stderr, p.stderr
+    return [ln for ln in p.stderr.splitlines() if "error:" in ln]
+
+
+def assert_usage_error(p, *needles):
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = errors(p)
+    assert len(lines) == 1 and lines[0].startswith("yasgd: error: "), p.stderr
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def conv(tmp_path_factory):
+    """An ImageNet-layout folder with a zero-byte and a garbage .JPEG, converted by the CLI."""
+    base = tmp_path_factory.mktemp("tools")
+    src = make_imagenet_folder(str(base / "src"), PER_TRAIN, PER_VAL, sizes=(40, 64),
+                               num_classes=CLASSES)
+    empty = os.path.join(src, "train", wnid(1), "empty.JPEG")
+    garbage = os.path.join(src, "train", wnid(2), "garbage.JPEG")
+    open(empty, "wb").close()
+    with open(garbage, "wb") as f:
+        f.write(b"\xff\xd8\xff\xe0 this is not a JPEG " * 40)
+    rec = str(base / "rec")
+    p = yasgd("data", "im2rec", src, rec, "--resize", 32, "--workers", 2, "--no-progress")
+    return src, rec, p, (empty, garbage)
+
+
+def copy_rec(rec, tmp_path):
+    dst = str(tmp_path / "rec")
+    shutil.copytree(rec, dst)
+    return os.path.join(dst, "train")
+
+
+# -- im2rec ---------------------------------------------------------------------------
+def test_im2rec_skips_bad_images_and_writes_digests(conv):
+    src, rec, p, bad = conv
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    warnings = [ln for ln in p.stderr.splitlines() if ln.startswith("yasgd: warning: ")]
+    assert len(warnings) == 2 and "error" not in p.stderr
+    assert bad[0] in warnings[0] + warnings[1] and bad[1] in warnings[0] + warnings[1]
+    assert any("empty (0 bytes)" in w for w in warnings)
+    assert any("do not decode" in w for w in warnings)
+    summary = json.loads(p.stdout)
+    assert summary["skipped"] == 2 and summary["val"]["skipped"] == 0
+    assert summary["train"]["skipped"] == 2 and sorted(summary["train"]["skipped_files"]) == \
+        sorted(bad)
+    assert summary["train"]["records"] == N_TRAIN
+    # the digest file: a comment line, then key, offset (as in the .idx), length, sha256
+    r = mx.recordio.MXIndexedRecordIO(os.path.join(rec, "train.idx"),
+                                      os.path.join(rec, "train.rec"), "r")
+    lines = open(os.path.join(rec, "train.digests")).read().splitlines()
+    assert lines[0].startswith("# yasgd record digests v1") and len(lines) == N_TRAIN + 1
+    for i, line in enumerate(lines[1:]):
+        key, offset, length, sha = line.split("\t")
+        record = r.read_idx(int(key))
+        assert (int(key), int(offset)) == (i, r.idx[i])
+        assert int(length) == len(record) and sha == hashlib.sha256(record).hexdigest()
+        assert mx.recordio.unpack(record)[0].id == i  # keys stay 0..N-1 despite the skips
+    r.close()
+    # the training loader reads the files (the digest file beside them changes nothing)
+    loader = RecordTrainLoader(os.path.join(rec, "train"), rank=0, size=1, batch_size=6,
+                               ctx=mx.cpu(), seed=0, num_classes=CLASSES, image_size=16,
+                               threads=1)
+    assert sum(x.shape[0] for x, _ in loader) == N_TRAIN
+
+
+def test_verify_good_set(conv):
+    _, rec, _, _ = conv
+    for split, n in (("train", N_TRAIN), ("val", CLASSES * PER_VAL)):
+        p = yasgd("data", "verify", os.path.join(rec, split))
+        assert p.returncode == 0 and p.stderr == "", p.stderr
+        assert p.stdout.strip().endswith(f"{n} records ok")
+    p = yasgd("data", "verify", os.path.join(rec, "train.rec"), "--headers-only")
+    assert p.returncode == 0 and p.stdout.strip().endswith(f"{N_TRAIN} records ok (headers only)")
+
+
+def test_im2rec_bad_arguments(conv, tmp_path):
+    src = conv[0]
+    for flag, value in (("--quality", 0), ("--quality", 101), ("--quality", "high"),
+                        ("--resize", -1), ("--workers", 0)):
+        p = yasgd("data", "im2rec", src, tmp_path / "o", flag, value)
+        assert p.returncode == 2 and "Traceback" not in p.stderr
+        lines = errors(p)
+        assert len(lines) == 1 and flag in lines[0], p.stderr
+    assert not os.path.exists(tmp_path / "o")
+    with pytest.raises(UsageError, match="--quality must be 1..100"):  # the library checks too
+        im2rec.convert(src, str(tmp_path / "o"), quality=0, progress=False)
+
+
+def test_im2rec_bad_paths(conv, tmp_path):
+    src = conv[0]
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert_usage_error(yasgd("data", "im2rec", src, afile), str(afile), "existing file")
+    assert_usage_error(yasgd("data", "im2rec", src, afile / "sub"), str(afile), "is a file")
+    os.makedirs(tmp_path / "out" / "train.rec")
+    assert_usage_error(yasgd("data", "im2rec", src, tmp_path / "out"), "train.rec is a folder")
+    assert_usage_error(yasgd("data", "im2rec", tmp_path / "nowhere", tmp_path / "o"),
+                       "nowhere does not exist")
+    os.makedirs(tmp_path / "flat" / "images")
+    assert_usage_error(yasgd("data", "im2rec", tmp_path / "flat", tmp_path / "o"),
+                       os.path.join(str(tmp_path / "flat"), "train"), "is missing")
+    assert not os.path.exists(tmp_path / "o")  # nothing created on a usage error
+
+
+def test_im2rec_class_with_only_bad_images(tmp_path):
+    src = make_imagenet_folder(str(tmp_path / "src"), 2, 1, sizes=(32, 40), num_classes=2)
+    folder = os.path.join(src, "train", wnid(1))
+    for name in os.listdir(folder):
+        open(os.path.join(folder, name), "wb").close()
+    with pytest.raises(UsageError, match=f"every image of class folder {folder} was skipped"):
+        im2rec.convert(src, str(tmp_path / "o"), resize=32, workers=1, progress=False)
+    assert not [n for n in os.listdir(tmp_path / "o") if n.endswith(".part")]
+
+
+# -- verify: damaged records (exit 1) ------------------------------------------------
+def _entropy_positions(jpeg: bytes, count: int):
+    """``count`` positions inside the entropy-coded data of a baseline JPEG whose bytes can
+    be changed without creating or breaking a marker (byte < 0xF0, no 0xFF before it)."""
+    sos = jpeg.index(b"\xff\xda")
+    start = sos + 2 + int.from_bytes(jpeg[sos + 2:sos + 4], "big")
+    end = len(jpeg) - 2  # the EOI marker
+    mid = (start + end) // 2
+    pos = [j for j in range(mid, end) if jpeg[j] < 0xF0 and jpeg[j - 1] != 0xFF]
+    assert len(pos) >= count
+    return pos[:count]
+
+
+def test_verify_finds_flipped_bytes_in_a_jpeg_that_still_decodes(conv, tmp_path):
+    prefix = copy_rec(conv[1], tmp_path)
+    rf = RecordFile(prefix)
+    k = 7
+    record = rf.read_record(k)
+    payload = rf.read(k)[2]
+    at = int(rf.offsets[k]) + 8 + 24  # RecordIO framing, IRHeader, then the JPEG
+    with open(prefix + ".rec", "rb") as f:
+        f.seek(at)
+        assert f.read(len(payload)) == payload and record[24:] == payload
+    damaged = bytearray(payload)
+    for j in _entropy_positions(payload, 32):
+        damaged[j] ^= 0x0F
+    before = cv2.imdecode(np.frombuffer(payload, np.uint8), cv2.IMREAD_COLOR)
+    after = cv2.imdecode(np.frombuffer(bytes(damaged), np.uint8), cv2.IMREAD_COLOR)
+    assert after is not None and after.shape == before.shape  # still decodes ...
+    assert (after != before).any()                            # ... to other pixels
+    with open(prefix + ".rec", "r+b") as f:
+        f.seek(at)
+        f.write(bytes(damaged))
+    del rf
+    p = yasgd("data", "verify", prefix)
+    assert p.returncode == 1, p.stderr
+    lines = errors(p)
+    assert len(lines) == 1 and lines[0].startswith("yasgd: error: ")
+    assert f"train.rec: 1 of {N_TRAIN} records damaged; first: record {k} (key {k}, byte " in \
+        lines[0] and "differ from those im2rec wrote" in lines[0]
+    assert "does not decode" not in lines[0]
+    # the fast check reads headers only, so it cannot see it; nor can a full check without
+    # the digest file (one warning line says so)
+    assert yasgd("data", "verify", prefix, "--headers-only").returncode == 0
+    os.remove(prefix + ".digests")
+    p = yasgd("data", "verify", prefix)
+    assert p.returncode == 0 and p.stdout.strip().endswith(f"{N_TRAIN} records ok")
+    warnings = p.stderr.splitlines()
+    assert all(w.startswith("yasgd: warning: ") for w in warnings) and len(warnings) <= 2
+    assert "train.digests: missing" in warnings[0]
+
+
+def test_verify_finds_a_changed_label_and_counts_bad_records(conv, tmp_path):
+    prefix = copy_rec(conv[1], tmp_path)
+    rf = RecordFile(prefix)
+    with open(prefix + ".rec", "r+b") as f:  # IRHeader label (float32 at byte 4) of records 3, 9
+        for k in (9, 3):
+            f.seek(int(rf.offsets[k]) + 8 + 4)
+            f.write(np.float32((rf.read(k)[0] + 1) % CLASSES).tobytes())
+    with pytest.raises(im2rec.DamagedRecords, match=r"2 of 18 records damaged; first: record 3 ") \
+            as e:
+        im2rec.verify(prefix)
+    assert (e.value.count, e.value.first) == (2, 3)
+
+
+# -- verify: files that cannot be checked (exit 2) --------------------------------------
+def test_verify_binary_idx_and_offset_past_the_end(conv, tmp_path):
+    prefix = copy_rec(conv[1], tmp_path)
+    lines = open(prefix + ".idx").read().splitlines()
+    with open(prefix + ".idx", "wb") as f:
+        f.write(bytes(range(256)) * 8)
+    assert_usage_error(yasgd("data", "verify", prefix), "train.idx: line 1 is binary")
+    with open(prefix + ".idx", "w") as f:
+        f.write("\n".join(lines[:-1] + [lines[-1].split("\t")[0] + "\t" + str(10 ** 12)]) + "\n")
+    assert_usage_error(yasgd("data", "verify", prefix), f"train.idx line {len(lines)} puts record",
+                       "train.rec: truncated", str(10 ** 12))
+    with open(prefix + ".idx", "w") as f:
+        f.write("\n".join(lines[:4] + ["4\t" + "9" * 30] + lines[5:]) + "\n")
+    assert_usage_error(yasgd("data", "verify", prefix), "train.idx: line 5: offset 999",
+                       "out of range")
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda ls: ls[:2] + ["x\t12"] + ls[3:], r"train\.idx: line 3 is not '<key><TAB><offset>'"),
+    (lambda ls: ls[:2] + ["2 12 7"] + ls[3:], r"line 3 is not '<key><TAB><offset>'"),
+    (lambda ls: ls[:2] + ["-2\t" + ls[2].split()[1]] + ls[3:], r"line 3: negative key -2"),
+    (lambda ls: ls[:1] + ["0\t" + ls[1].split()[1]] + ls[2:], r"lines 1 and 2 both give key 0"),
+    (lambda ls: ls[:5] + ["5\t" + ls[1].split()[1]] + ls[6:],
+     r"lines 2 and 6 both put a record at byte \d+"),
+    (lambda ls: [], r"train\.idx: holds no records"),
+])
+def test_garbage_idx(conv, tmp_path, edit, message):
+    prefix = copy_rec(conv[1], tmp_path)
+    lines = open(prefix + ".idx").read().splitlines()
+    with open(prefix + ".idx", "w") as f:
+        f.write("".join(ln + "\n" for ln in edit(lines)))
+    with pytest.raises(RecordIOError, match=message):
+        im2rec.verify(prefix)
+
+
+def test_idx_order_and_blank_lines_are_accepted(conv, tmp_path):
+    """Offsets need not increase; blank lines are skipped (MXNet's format allows both)."""
+    prefix = copy_rec(conv[1], tmp_path)
+    lines = open(prefix + ".idx").read().splitlines()
+    with open(prefix + ".idx", "w") as f:
+        f.write("\n".join(lines[::-1][:5] + ["", "  "] + lines[::-1][5:]) + "\n")
+    assert im2rec.verify(prefix) == N_TRAIN
+
+
+def test_verify_missing_files(conv, tmp_path):
+    prefix = copy_rec(conv[1], tmp_path)
+    os.remove(prefix + ".rec")
+    assert_usage_error(yasgd("data", "verify", prefix), "train.rec: missing")
+    assert_usage_error(yasgd("data", "verify", tmp_path / "rec"), "is a folder",
+                       "train")
+
+
+def test_damaged_digest_file(conv, tmp_path):
+    prefix = copy_rec(conv[1], tmp_path)
+    path = prefix + ".digests"
+    lines = open(path).read().splitlines()
+    with open(path, "w") as f:
+        f.write("\n".join(lines[:3] + ["nonsense"] + lines[4:]) + "\n")
+    with pytest.raises(RecordIOError, match=r"train\.digests: line 4 is not '<key>"):
+        im2rec.verify(prefix)
+    key, offset, rest = lines[4].split("\t", 2)
+    with open(path, "w") as f:
+        f.write("\n".join(lines[:4] + [f"{key}\t{int(offset) + 4}\t{rest}"] + lines[5:]))
+    with pytest.raises(RecordIOError, match=r"line 5 puts key 3 at byte .*another conversion"):
+        im2rec.verify(prefix)
+    with open(path, "w") as f:
+        f.write("\n".join(lines[:-2]))
+    p = yasgd("data", "verify", prefix)
+    assert_usage_error(p, "train.digests: no digest of 2 of the 18 records")
