@@ -46,6 +46,7 @@ bench: install
 	for b in $(BENCHES); do \
 	  $(MAKE) --no-print-directory bench-$$b || exit 1; done
 	$(PY) -m yasgd.bench.summary --out $(OUT)
+	$(PY) -m yasgd.bench.report --results $(OUT) $(if $(filter examples/results,$(OUT)),,--check || true)
 
 jobs-check: install
 	bash jobs/check.sh

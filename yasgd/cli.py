@@ -119,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
         jr.add_argument("overrides", nargs="*", metavar="section.key=value")
 
     s = sub.add_parser("simulate", help="scaling model of synchronous data-parallel training")
-    s.add_argument("--preset", type=_preset, default="abci2019")
+    s.add_argument("--preset", default="abci2019",
+                   help="the system (`--preset list` prints every preset and its sources)")
     s.add_argument("--gpus", type=_integer(1), default=2048)
     s.add_argument("--batch", type=_integer(1), default=81920, help="global mini-batch")
     s.add_argument("--epochs", type=_positive, default=90)
@@ -190,6 +191,8 @@ def _run(args: argparse.Namespace) -> int:
         return jobs.submit(script, scheduler=args.scheduler, output=args.output, dry_run=args.dry_run)
     if args.command == "simulate":
         from yasgd import simulate
+        if args.preset != "list":
+            simulate.get_preset(args.preset)    # UsageError: one line, exit 2
         report = simulate.report(preset=args.preset, gpus=args.gpus, batch=args.batch,
                                  epochs=args.epochs, images_per_gpu_s=args.images_per_gpu_s,
                                  budget_bytes=args.budget_bytes, plot=args.plot,

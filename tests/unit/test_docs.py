@@ -1,0 +1,137 @@
+"""The user documents against their records (README.md, docs/*.md).
+
+(a) every generated block (``<!-- yasgd:begin NAME -->`` ... ``<!-- yasgd:end NAME -->``) is
+    what ``python -m yasgd.bench.report`` renders from ``examples/results/`` now;
+(b) no measured figure (a number with a unit) outside a generated block;
+(c) the README stays short: at most 300 lines of at most 100 characters;
+(d) no run history: no "issue N", no commit hashes, no "+dirty" builds;
+(e) the README's file map names files and folders that exist, and every module of yasgd/.
+"""
+import glob
+import os
+import re
+
+import pytest
+
+from yasgd.bench import report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+README = os.path.join(ROOT, "README.md")
+DOCS = [README] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+
+#: A number followed by a unit of time, rate, size, share or ratio ("5.3x"). Settings and
+#: published constants outside the blocks are written as config values (`HOROVOD_CYCLE_TIME=5`)
+#: or in words; the paper's figures come from examples/results/paper.json.
+FIGURE = re.compile(r"(?<![\w.,/])(?<![A-Za-z]-)\d(?:[\d,]*\d)?(?:\.\d+)?"
+                    r"(?:\s?(?:ms|s|min|h|img/s|images/s|GB/s|MB)(?![\w/])|\s?%|x(?!\w))")
+#: Explicit exceptions: (file name, exact text, why it is not a measured figure).
+ALLOWED = [
+]
+HEX = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+
+
+def _rel(path):
+    return os.path.relpath(path, ROOT)
+
+
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def _outside_blocks(text):
+    """The text with every generated block's body blanked (line numbers kept)."""
+    return report.BLOCK.sub(lambda m: m.group(1) + "\n" * m.group(3).count("\n") + m.group(4),
+                            text)
+
+
+def test_docs_exist_and_have_blocks():
+    assert os.path.exists(README)
+    names = [n for p in DOCS for n, _ in report.blocks(_read(p))]
+    assert names, "no generated block in README.md or docs/"
+    unknown = sorted(set(names) - set(report.RENDERERS))
+    assert not unknown, f"blocks without a renderer: {unknown}"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=_rel)
+def test_generated_blocks_match_records(path):
+    rec = report.Records()
+    text = _read(path)
+    bad = []
+    for m in report.BLOCK.finditer(text):
+        name, body = m.group(2), m.group(3)
+        want = report.RENDERERS[name](rec).rstrip("\n") + "\n"
+        if body != want:
+            old = [ln for ln in body.splitlines() if ln not in want.splitlines()][:3]
+            new = [ln for ln in want.splitlines() if ln not in body.splitlines()][:3]
+            bad.append(f"{_rel(path)}: block {name} differs from the records "
+                       f"(committed: {old}; records give: {new})")
+    assert not bad, "\n".join(bad) + "\nrun: python -m yasgd.bench.report"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=_rel)
+def test_no_measured_figure_outside_generated_blocks(path):
+    text = _outside_blocks(_read(path))
+    allowed = {t for f, t, _ in ALLOWED if f == os.path.basename(path)}
+    hits = []
+    for i, line in enumerate(text.splitlines(), 1):
+        for m in FIGURE.finditer(line):
+            if not any(a in line and m.group(0) in a for a in allowed):
+                hits.append(f"{_rel(path)}:{i}: {m.group(0)!r} in: {line.strip()[:90]}")
+    assert not hits, ("measured figures outside a generated block (render them from a "
+                      "record in yasgd/bench/report.py):\n" + "\n".join(hits))
+
+
+def test_readme_is_short():
+    lines = _read(README).splitlines()
+    assert len(lines) <= 300, f"README.md has {len(lines)} lines (at most 300)"
+    long = [f"README.md:{i}: {len(ln)} characters" for i, ln in enumerate(lines, 1)
+            if len(ln) > 100]
+    assert not long, "lines over 100 characters:\n" + "\n".join(long)
+    assert "make test" in _read(README)
+
+
+@pytest.mark.parametrize("path", DOCS, ids=_rel)
+def test_no_run_history(path):
+    bad = []
+    for i, line in enumerate(_read(path).splitlines(), 1):
+        for what, pat in (("issue number", re.compile(r"\bissues? [0-9]", re.I)),
+                          ("commit hash", HEX), ("dirty build", re.compile(r"\+dirty")),
+                          ("design principle", re.compile(r"design principle \d", re.I))):
+            m = pat.search(line)
+            if m:
+                bad.append(f"{_rel(path)}:{i}: {what} {m.group(0)!r}")
+    assert not bad, "\n".join(bad)
+
+
+def _file_map():
+    text = _read(README)
+    m = re.search(r"## File map\s*\n+```\n(.*?)```", text, re.S)
+    assert m, "README.md has no ## File map code block"
+    paths, parent = [], ""
+    for line in m.group(1).splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        token = line.split()[0]
+        if indent == 0:
+            parent = token if token.endswith("/") else ""
+            paths.append(token)
+        elif indent == 2 and parent:
+            paths.append(parent + token)
+    return m.group(1), paths
+
+
+def test_file_map_paths_exist():
+    _, paths = _file_map()
+    assert len(paths) > 20
+    missing = [p for p in paths if not os.path.exists(os.path.join(ROOT, p))]
+    assert not missing, f"README.md file map names what does not exist: {missing}"
+
+
+def test_file_map_lists_every_module():
+    block, _ = _file_map()
+    modules = [os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "yasgd", "*.py"))
+               if not p.endswith("__init__.py")]
+    absent = sorted(m for m in modules if not re.search(rf"(?<![\w.]){re.escape(m)}", block))
+    assert not absent, f"yasgd modules missing from the README's file map: {absent}"

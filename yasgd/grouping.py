@@ -1,0 +1,70 @@
+"""The static gradient grouping rule, in one place (pure Python + NumPy, no MXNet).
+
+YASGD packs the gradients of consecutive layers into messages of a few MB, split into groups
+statically, in backward order (the last layer's gradients first), so that every rank agrees on
+the groups without a run-time negotiation. Two rules, both pure functions of tensor byte sizes:
+
+* budget (the default): consecutive tensors are packed while the group stays within the budget;
+  a tensor larger than the budget forms a group of its own;
+* num_groups > 0: the tensors are split into that many groups of nearly equal bytes, by where
+  each tensor's cumulative byte count falls (MXNet's ``MXNET_HOROVOD_NUM_GROUPS`` rule).
+
+The Horovod layer (:mod:`yasgd.allreduce`) applies them to Gluon parameters and the scaling
+model (:mod:`yasgd.simulate`) to ResNet-50's gradient tensors, so that both group alike.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+DEFAULT_BUDGET_BYTES = 4 << 20   # "a few MB" (YASGD); see README, Allreduce
+
+
+def budget_bounds(sizes: Sequence[int], budget_bytes: int = DEFAULT_BUDGET_BYTES
+                  ) -> List[Tuple[int, int]]:
+    """[begin, end) index ranges of the greedy budget split of ``sizes`` (bytes, in backward
+    order): a new group starts when adding the next tensor would exceed the budget, so only a
+    group of one tensor can exceed it. ValueError for a budget <= 0."""
+    if budget_bytes <= 0:
+        raise ValueError(f"group budget must be positive, got {budget_bytes}")
+    bounds, start, acc = [], 0, 0
+    for i, n in enumerate(sizes):
+        if i > start and acc + n > budget_bytes:
+            bounds.append((start, i))
+            start, acc = i, 0
+        acc += n
+    if len(sizes):
+        bounds.append((start, len(sizes)))
+    return bounds
+
+
+def equal_bytes_groups(sizes: Sequence[int], num_groups: int) -> List[List[int]]:
+    """Indices of ``sizes`` (backward order) in ``num_groups`` groups of nearly equal bytes:
+    tensor i goes to group ceil(cumulative bytes through i / total x num_groups) - 1, clipped to
+    the last group; empty groups are dropped."""
+    if num_groups <= 0:
+        raise ValueError(f"num_groups must be positive, got {num_groups}")
+    if not len(sizes):
+        return []
+    arr = np.asarray(sizes, dtype=np.float64)
+    bounds = np.cumsum(arr) / arr.sum() * num_groups
+    groups: List[List[int]] = [[] for _ in range(num_groups)]
+    for i, b in enumerate(bounds):
+        groups[min(num_groups - 1, int(np.ceil(b - 1e-9)) - 1)].append(i)
+    return [g for g in groups if g]
+
+
+def group_indices(sizes: Sequence[int], budget_bytes: int = DEFAULT_BUDGET_BYTES,
+                  num_groups: int = 0) -> List[List[int]]:
+    """The groups as lists of indices into ``sizes``: ``num_groups`` > 0 selects the equal-bytes
+    split, otherwise the greedy budget split."""
+    if num_groups > 0:
+        return equal_bytes_groups(sizes, num_groups)
+    return [list(range(a, b)) for a, b in budget_bounds(sizes, budget_bytes)]
+
+
+def group_bytes(sizes: Sequence[int], budget_bytes: int = DEFAULT_BUDGET_BYTES,
+                num_groups: int = 0) -> List[int]:
+    """Bytes of each group of :func:`group_indices`."""
+    return [int(sum(sizes[i] for i in g)) for g in group_indices(sizes, budget_bytes, num_groups)]
