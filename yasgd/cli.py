@@ -131,6 +131,8 @@ def _parser() -> argparse.ArgumentParser:
                    "(a directory: DIR/simulate.png)")
     s.add_argument("--json", default=None, help="write the prediction as JSON "
                    "(a directory: DIR/simulate.json)")
+    s.add_argument("--validate", action="store_true", help="print the model against every "
+                   "published run it is tested on (no other argument)")
 
     b = sub.add_parser("bench", help="benchmarks (make bench-*)")
     b.add_argument("name", choices=BENCHES)
@@ -191,6 +193,17 @@ def _run(args: argparse.Namespace) -> int:
         return jobs.submit(script, scheduler=args.scheduler, output=args.output, dry_run=args.dry_run)
     if args.command == "simulate":
         from yasgd import simulate
+        if args.validate:
+            defaults = {"preset": "abci2019", "gpus": 2048, "batch": 81920, "epochs": 90,
+                        "images_per_gpu_s": None, "budget_bytes": None, "plot": None,
+                        "json": None}
+            given = [k for k, v in defaults.items() if getattr(args, k) != v]
+            if given:
+                raise UsageError("simulate --validate takes no other argument, got --"
+                                 + given[0].replace("_", "-"))
+            from yasgd.simulate import validate
+            print(validate.table())
+            return 0
         if args.preset != "list":
             simulate.get_preset(args.preset)    # UsageError: one line, exit 2
         report = simulate.report(preset=args.preset, gpus=args.gpus, batch=args.batch,

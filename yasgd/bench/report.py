@@ -496,6 +496,44 @@ def simulate_single_node(rec: Records) -> str:
 
 
 
+def simulate_validation(rec: Records) -> str:
+    """The validation table, recomputed from the presets; the published side and the sources
+    from mlperf_logs.json."""
+    from yasgd.simulate import validate
+    logs = {m["case"]: m for m in rec.json("mlperf_logs.json")["multi_node"]}
+    rows, notes = [], []
+    for r in validate.rows():
+        m = logs.get(r["case"])
+        rows.append([r["case"], r["preset"], f"{r['gpus']:,}", f"{r['batch']:,}",
+                     f"{r['epochs']:g}", f"{r['images_per_s'] / 1e6:.3f} M",
+                     f"{r['model_images_per_s'] / 1e6:.3f} M",
+                     f"{r['err_images_per_s'] * 100:+.1f} %", f"{r['time_s']:.2f} s",
+                     f"{r['model_time_s']:.2f} s", f"{r['err_time'] * 100:+.1f} %"])
+        if m:
+            why = m.get("explanation")
+            over = abs(r["err_images_per_s"]) > .15 or abs(r["err_time"]) > .15
+            first = [x["first_epoch_s"] - x["median_epoch_s"] for x in m["runs"]]
+            start = [x["run_start_to_first_epoch_s"] for x in m["runs"]]
+            notes.append(
+                f"- {r['case']}: `{m['repository']}` `{m['results']}` "
+                f"({', '.join(m['runs_used'])} used for the epochs; score over "
+                f"{', '.join(m['score_runs'])}); median epoch {m['median_epoch_s']} s of "
+                f"{m['steps_per_epoch']} steps, {m['per_gpu_batch']} images per GPU, "
+                f"{m['epochs']:g} epochs and {m['evals']:g} evaluations; the log spends "
+                f"{sorted(start)[2]:.1f} s from run_start to the first epoch and its first "
+                f"epoch is {sorted(first)[2]:.1f} s above the median one (neither is in the "
+                f"model's time). " + (f"{m['note']}. " if m.get("note") else "")
+                + (f"Beyond 15 %: {why}." if over and why else ""))
+    s = validate.summary()
+    return (common.md_table(["case", "preset", "GPUs", "batch", "epochs", "images/s", "model",
+                             "error", "time", "model", "error"], rows, "llrrrrrrrrr")
+            + "\n\n" + f"Over the {s['cases']} cases: |error| on images/s median "
+            f"{s['median_images_per_s'] * 100:.1f} %, worst {s['worst_images_per_s'] * 100:.1f} %;"
+            f" on time to train median {s['median_time'] * 100:.1f} %, worst "
+            f"{s['worst_time'] * 100:.1f} %; {s['within_15']} of {s['cases']} within 15 % on "
+            f"both.\n\n" + "\n".join(notes))
+
+
 def simulate_tail(rec: Records) -> str:
     """The what-if of an exponential jitter tail through the published p90 and p99."""
     sim, pj = _sim(), rec.json("paper.json")
@@ -659,6 +697,7 @@ RENDERERS: Dict[str, Callable[[Records], str]] = {
     "largebatch-results": largebatch_results, "largebatch-reading": largebatch_reading,
     "simulate-abci2019": simulate_abci2019, "simulate-abci3": simulate_abci3,
     "simulate-inputs": simulate_inputs, "simulate-single-node": simulate_single_node,
+    "simulate-validation": simulate_validation,
     "simulate-tail": simulate_tail,
     "simulate-sweeps": simulate_sweeps, "simulate-constants": simulate_constants,
     "prior-work": prior_work,

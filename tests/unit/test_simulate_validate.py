@@ -1,0 +1,66 @@
+"""The validation table (``yasgd simulate --validate``) recomputed from the presets.
+
+The published side comes from examples/results/mlperf_logs.json (read from the MLPerf logs by
+one rule, checked here for internal consistency); the model side is recomputed and compared with
+examples/results/simulate_validation.json, so a constant that moves any prediction by more than
+half a percentage point fails this test and the table must be re-recorded with the single-node
+source that justified the change.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from yasgd.simulate import validate
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _rec(name):
+    with open(os.path.join(REPO, "examples", "results", name)) as f:
+        return json.load(f)
+
+
+def test_published_side_follows_the_reading_rule():
+    for m in _rec("mlperf_logs.json")["multi_node"]:
+        steps = math.ceil(1_281_167 / m["global_batch"])
+        assert m["steps_per_epoch"] == steps and m["per_gpu_batch"] * m["gpus"] == m["global_batch"]
+        assert m["images_per_s"] == pytest.approx(m["global_batch"] * steps / m["median_epoch_s"],
+                                                  rel=1e-6)
+        used = [r for r in m["runs"] if r["file"] in m["runs_used"]]
+        assert all(r["stamps_cover_run"] >= 0.8 for r in used) and used
+        mid = sorted(r["run_s"] for r in m["runs"])[1:-1]
+        assert m["score_s"] == pytest.approx(sum(mid) / 3, abs=1e-3)   # middle three of five
+
+
+def test_table_recomputed_from_the_presets():
+    want = _rec("simulate_validation.json")
+    tol = want["tolerance_pct_points"] / 100
+    got = validate.rows()
+    assert [r["case"] for r in got] == [r["case"] for r in want["rows"]]
+    for g, w in zip(got, want["rows"]):
+        assert g["err_images_per_s"] == pytest.approx(w["err_images_per_s"], abs=tol), g["case"]
+        assert g["err_time"] == pytest.approx(w["err_time"], abs=tol), g["case"]
+        assert (g["gpus"], g["batch"], g["preset"]) == (w["gpus"], w["batch"], w["preset"])
+    s = validate.summary(got)
+    assert s["cases"] == 11 and s["within_15"] == want["summary"]["within_15"]
+
+
+def test_paper_case_uses_its_own_figures():
+    row = validate.rows()[0]
+    assert row["case"].startswith("paper") and row["images_per_s"] == 1.73e6
+    assert row["time_s"] == 74.7 and row["mlperf_round"] == "v0.5"
+
+
+def test_cli_validate_prints_the_table_and_refuses_other_arguments():
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "yasgd.cli", "simulate", "--validate"], cwd=REPO,
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and p.stdout.strip() == validate.table()
+    p = subprocess.run([sys.executable, "-m", "yasgd.cli", "simulate", "--validate", "--gpus",
+                        "8"], cwd=REPO, capture_output=True, text=True, env=env)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith("yasgd: error:") and len(p.stderr.strip().splitlines()) == 1
