@@ -167,9 +167,32 @@ def test_time_to_train_is_steps_times_iteration_plus_fixed():
     assert r["steps_per_epoch"] == 16                        # ceil(1,281,167 / 81,920)
     assert r["time_to_train_s"] == pytest.approx(
         90 * 16 * r["iteration_s"] + r["evals"] * r["eval_s"], rel=1e-12)
+    assert r["startup_s"] == 0 and r["warmup_s"] == 0        # the v0.5 log gives neither
     assert r["evals"] == 22                                   # every 4 epochs
     assert sim.predict(evals=5)["fixed_s"] == pytest.approx(5 * r["eval_s"], rel=1e-12)
     assert r["images_per_s"] == pytest.approx(81920 / r["iteration_s"], rel=1e-12)
+
+
+def test_time_to_train_counts_the_single_node_logs_start_up_and_first_epoch():
+    s = sim.PRESETS["dgxh100"].single_node[1]                  # v3.0 DGX H100 log
+    r = sim.predict(preset="dgxh100", gpus=64, batch=3200, epochs=35, evals=9,
+                    mlperf_round="v3.0")
+    assert r["startup_s"] == s.startup_s
+    assert r["warmup_s"] == pytest.approx(s.first_epoch_excess * 401 * r["iteration_s"], rel=1e-12)
+    assert r["time_to_train_s"] == pytest.approx(
+        35 * 401 * r["iteration_s"] + 9 * r["eval_s"] + r["startup_s"] + r["warmup_s"], rel=1e-12)
+    # evaluation: the log's own, per validation image of one GPU (ceil(50,000 / N))
+    one = sim.predict(preset="dgxh100", gpus=8, batch=3200, epochs=35, mlperf_round="v3.0")
+    assert one["eval_s"] - sim.allreduce_time(8, 8, sim.PRESETS["dgxh100"].topo,
+                                              "hierarchical_tree") == pytest.approx(s.eval_s)
+
+
+def test_software_round_sets_only_the_per_gpu_line():
+    a = sim.predict(preset="abci2019", gpus=2048, batch=86016, epochs=90, mlperf_round="v0.6")
+    b = sim.predict(preset="abci2019", gpus=2048, batch=86016, epochs=90, mlperf_round="v0.6",
+                    software_round="v0.5")
+    assert b["per_image_s"] == sim.predict(mlperf_round="v0.5")["per_image_s"]
+    assert b["iteration_s"] > a["iteration_s"] and b["startup_s"] == a["startup_s"] > 0
 
 
 def test_default_budget_matches_config():

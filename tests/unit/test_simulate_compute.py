@@ -38,14 +38,41 @@ def test_fixed_cost_images_of_exact_lines():
     assert sim.fixed_cost_images(((8, 100.0),)) == 0.0
 
 
-def test_shape_h_from_the_published_table():
-    b = np.array([x for x, _ in presets.V100_INFER], float)
-    t = b / np.array([y for _, y in presets.V100_INFER], float)
+def _lstsq_h(table):
+    b = np.array([x for x, _ in table], float)
+    t = b / np.array([y for _, y in table], float)
     a = np.vstack([np.ones_like(b), b]).T / t[:, None]          # relative least squares
     t0, c = np.linalg.lstsq(a, np.ones_like(b), rcond=None)[0]
-    assert presets.SHAPE_H == pytest.approx(t0 / c, rel=1e-9)
-    assert 8.5 < presets.SHAPE_H < 9.5
-    assert all(p.shape_h == presets.SHAPE_H for p in sim.PRESETS.values())
+    return t0 / c
+
+
+def test_shape_h_from_the_published_tables():
+    assert presets.SHAPE_H == pytest.approx(_lstsq_h(presets.V100_INFER), rel=1e-9)
+    assert presets.SHAPE_H_A100 == pytest.approx(_lstsq_h(presets.A100_INFER), rel=1e-9)
+    assert 8.5 < presets.SHAPE_H < 9.5 and 11.0 < presets.SHAPE_H_A100 < 12.0
+    # V100 presets: the V100 mxnet-19.07 table; H100 and H200: the A100 mxnet-20.12 table
+    for name, p in sim.PRESETS.items():
+        want = presets.SHAPE_H_A100 if name in ("dgxh100", "abci3") else presets.SHAPE_H
+        assert p.shape_h == want, name
+
+
+def test_single_node_overheads_are_the_recorded_logs():
+    import statistics
+    logs = {e["repository"] + " " + e["results"].rstrip("/").rsplit("/", 1)[0]: e
+            for e in _logs()["single_node"]}
+    for p in sim.PRESETS.values():
+        for s in p.single_node:
+            e = logs[s.source]
+            used = [r for r in e["runs"] if r["file"] in e["runs_used"]]
+            if s.mlperf_round == "v0.5":        # run_start before initialization: none taken
+                assert s.startup_s is None and s.first_epoch_excess is None and s.eval_s is None
+                continue
+            assert s.startup_s == pytest.approx(
+                statistics.median(r["run_start_to_first_epoch_s"] for r in used), abs=1e-3)
+            assert s.first_epoch_excess == pytest.approx(statistics.median(
+                r["first_epoch_s"] / r["median_epoch_s"] - 1 for r in used), abs=1e-4)
+            assert s.eval_s == pytest.approx(
+                statistics.median(r["eval_s_median"] for r in used), abs=1e-3)
 
 
 def test_presets_single_node_constants_are_the_recorded_logs():

@@ -128,12 +128,15 @@ def predict(*, preset: str = "abci2019", gpus: int = 2048, batch: int = 81920,
             epochs: float = 90, images_per_gpu_s: Optional[float] = None,
             budget_bytes: Optional[int] = None, algorithm: Optional[str] = None,
             num_groups: Optional[int] = None, mlperf_round: Optional[str] = None,
-            evals: Optional[int] = None) -> Dict:
+            evals: Optional[int] = None, software_round: Optional[str] = None) -> Dict:
     """Iteration time, images/s, scaling efficiency (vs. N x one GPU at the same per-GPU batch)
     and time to train ``epochs`` epochs of ImageNet-1k, as a dict. Without ``budget_bytes`` or
     ``num_groups`` the preset's grouping is used. ``mlperf_round`` picks the single-node log
     (default: the preset's first); ``evals`` the number of evaluations (default: every
-    ``eval_every`` epochs)."""
+    ``eval_every`` epochs); ``software_round`` the single-node log that sets the per-GPU line
+    where the run's software is of another round's generation (default: ``mlperf_round``'s).
+    Start-up, first-epoch excess and evaluation time come from ``mlperf_round``'s log (its rules
+    say where run_start is logged)."""
     p = get_preset(preset)
     if gpus < 1:
         raise UsageError(f"--gpus must be >= 1, got {gpus}")
@@ -142,7 +145,8 @@ def predict(*, preset: str = "abci2019", gpus: int = 2048, batch: int = 81920,
     if epochs <= 0:
         raise UsageError(f"--epochs must be > 0, got {epochs}")
     b = batch // gpus
-    c = per_image_s(p, mlperf_round)
+    sw_round = software_round or mlperf_round
+    c = per_image_s(p, sw_round)
     x = images_per_gpu_s if images_per_gpu_s is not None else b / compute.step_time(b, c, p.shape_h)
     if x <= 0:
         raise UsageError(f"--images-per-gpu-s must be > 0, got {x}")
@@ -168,18 +172,27 @@ def predict(*, preset: str = "abci2019", gpus: int = 2048, batch: int = 81920,
     steps_per_epoch = math.ceil(IMAGENET_TRAIN / batch)      # the loader pads the last batch
     n_evals = evals if evals is not None else (
         math.floor(epochs / p.eval_every) if p.eval_every else 0)
-    n_val = math.ceil(IMAGENET_VAL / gpus)     # evaluation: forward only, a third of a step
-    fwd = (compute.step_time(n_val, c, p.shape_h) if images_per_gpu_s is None
-           else n_val / x)
-    eval_s = fwd / 3 * lock + allreduce_time(8, gpus, p.topo, "hierarchical_tree")
+    s = single_node(p, sw_round)
+    o = single_node(p, mlperf_round)       # the log of the run's round: start-up, warm-up, eval
+    n_val = math.ceil(IMAGENET_VAL / gpus)
+    if o.eval_s is not None:   # the log's evaluation, per validation image of one GPU, at L(N)
+        eval_s = (o.eval_s * n_val / math.ceil(IMAGENET_VAL / o.gpus)
+                  * lock / lockstep(p, o.gpus, o.per_gpu_batch))
+    else:                      # forward only, a third of a step at that batch
+        fwd = (compute.step_time(n_val, c, p.shape_h) if images_per_gpu_s is None
+               else n_val / x)
+        eval_s = fwd / 3 * lock
+    eval_s += allreduce_time(8, gpus, p.topo, "hierarchical_tree")
     train_s = epochs * steps_per_epoch * it["iteration_s"]
-    fixed_s = n_evals * eval_s
-    s = single_node(p, mlperf_round)
+    startup_s = o.startup_s or 0.0
+    warmup_s = (o.first_epoch_excess or 0.0) * steps_per_epoch * it["iteration_s"]
+    fixed_s = n_evals * eval_s + startup_s + warmup_s
     return dict(preset=preset, gpus=gpus, nodes=math.ceil(gpus / p.topo.gpus_per_node),
                 batch=batch, per_gpu_batch=b, epochs=epochs, algorithm=kw["algorithm"],
                 grouping=grouping, budget_bytes=budget, num_groups=ngroups,
                 images_per_gpu_s_compute=x, compute_given=images_per_gpu_s is not None,
-                shape_h=p.shape_h, per_image_s=c, mlperf_round=s.mlperf_round,
+                shape_h=p.shape_h, per_image_s=c, mlperf_round=o.mlperf_round,
+                software_round=s.mlperf_round,
                 single_node_source=s.source, **it,
                 lockstep=lock, step_cv=cv, gpu_spread=p.gpu_spread,
                 horovod_cycle_s=p.horovod_cycle_s, fusion_copies=p.fusion_copies,
@@ -187,6 +200,7 @@ def predict(*, preset: str = "abci2019", gpus: int = 2048, batch: int = 81920,
                 images_per_s=ips, images_per_s_per_gpu=ips / gpus,
                 efficiency=ips / (gpus * b / one["iteration_s"]),
                 steps_per_epoch=steps_per_epoch, evals=n_evals, eval_s=eval_s,
-                train_s=train_s, fixed_s=fixed_s, time_to_train_s=train_s + fixed_s,
+                train_s=train_s, startup_s=startup_s, warmup_s=warmup_s, fixed_s=fixed_s,
+                time_to_train_s=train_s + fixed_s,
                 params=sum(n for _, n, _ in backward_tensors()), note=p.note,
                 title=p.title, topology=asdict(p.topo))

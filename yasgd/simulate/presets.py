@@ -3,14 +3,15 @@
 Per-GPU compute (see :mod:`yasgd.simulate.compute`): t(b) = c (h + b). c of each system comes
 from a single-node MLPerf Training log of the same software generation (the iteration is the
 median epoch over the run's optimizer steps, ``examples/results/mlperf_logs.json`` records what
-was read); h, the shape in b, from the one public per-batch table of NVIDIA's MXNet ResNet-50
-(fp16 V100 inference), the same h for every GPU (stated assumption: no public per-batch MXNet
-training table exists for any of these GPUs). Multi-node runs set nothing: they are the test.
+was read); h, the shape in b, from the public per-batch table of NVIDIA's MXNet ResNet-50
+closest in GPU and software (fp16 inference: V100 mxnet-19.07 for the V100 presets, A100
+mxnet-20.12 for H100 and H200; stated assumption: no public per-batch MXNet training table
+exists for any of these GPUs). Multi-node runs set nothing: they are the test.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from yasgd import UsageError
 from yasgd.simulate.compute import fixed_cost_images
@@ -57,6 +58,15 @@ _GPU_SPREAD = 0.08
 V100_INFER = ((1, 397), (2, 732), (4, 1269), (8, 2012), (16, 2667), (32, 3240), (64, 3776),
               (128, 3734), (192, 3641))
 SHAPE_H = fixed_cost_images(V100_INFER)
+# The same README at its February 2021 revision (mxnet-20.12 container), inference on DGX A100
+# (1x A100 80GB), mixed precision, img/s by batch: the per-batch table of the newest GPU and the
+# newest software of NVIDIA's MXNet ResNet-50 that is published. The H100 and H200 presets take
+# their shape from it: their software (NGC 23.04/24.04) is far from mxnet-19.07, and at the one
+# software release with two GPUs (20.12: V100 h = 11.3, A100 h = 11.5) h moves with the software,
+# not with the GPU.
+A100_INFER = ((1, 463), (2, 880), (4, 1668), (8, 2522), (16, 3704), (32, 2964), (64, 4547),
+              (128, 5530), (192, 6198), (256, 6120))
+SHAPE_H_A100 = fixed_cost_images(A100_INFER)
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,14 @@ class SingleNode:
     gpus: int
     per_gpu_batch: int
     iteration_s: float
+    # What the same log spends inside run_start..run_stop besides the steady steps (median over
+    # its runs; None where the log cannot give it): run_start to the first epoch_start (MLPerf
+    # v0.6 on: run_start is logged after initialization, so this is the data pipeline's and the
+    # first step's start-up), the first epoch's excess over the median epoch as a fraction of it
+    # (warm-up: autotuning, data-cache fill), and one evaluation's time.
+    startup_s: Optional[float] = None
+    first_epoch_excess: Optional[float] = None
+    eval_s: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -120,16 +138,27 @@ V30 = "mlcommons/training_results_v3.0"
 V40 = "mlcommons/training_results_v4.0"
 # Single-node logs (median over the five runs of each run's median epoch, the first epoch left
 # out, / ceil(1,281,167 / global batch) optimizer steps per epoch).
+# Start-up, first-epoch excess and evaluation from the same logs (mlperf_logs.json, median over
+# the runs used). The v0.5 log gives none: its run_start precedes initialization (32 s to the
+# first epoch against 3 s in v0.6) and it stamps no epoch_stop or per-evaluation times.
 DGX1_V05 = SingleNode("v0.5", V05 + " v0.5.0/nvidia/submission/results/dgx1_ngc18.11_mxnet", 8,
                       208, 0.163944)
-DGX1_V06 = SingleNode("v0.6", V06 + " NVIDIA/results/dgx1_ngc19.05_mxnet", 8, 208, 0.148288)
-DGX2H_V06 = SingleNode("v0.6", V06 + " NVIDIA/results/dgx2h_ngc19.05_mxnet", 16, 208, 0.135042)
-DGXH100_V30 = SingleNode("v3.0", V30 + " NVIDIA/results/dgxh100_ngc23.04_mxnet", 8, 400, 0.056975)
-DGXH100_V40 = SingleNode("v4.0", V40 + " NVIDIA/results/eos_ngc24.04_mxnet", 8, 400, 0.055767)
-H200_V40 = SingleNode("v4.0", V40 + " NVIDIA/results/h200_ngc24.04_mxnet", 8, 400, 0.050227)
+DGX1_V06 = SingleNode("v0.6", V06 + " NVIDIA/results/dgx1_ngc19.05_mxnet", 8, 208, 0.148288,
+                      3.018, 0.0068, 4.214)
+DGX2H_V06 = SingleNode("v0.6", V06 + " NVIDIA/results/dgx2h_ngc19.05_mxnet", 16, 208, 0.135042,
+                       2.911, 0.2493, 1.6825)
+DGXH100_V30 = SingleNode("v3.0", V30 + " NVIDIA/results/dgxh100_ngc23.04_mxnet", 8, 400, 0.056975,
+                         0.811, 0.4348, 0.4)
+DGXH100_V40 = SingleNode("v4.0", V40 + " NVIDIA/results/eos_ngc24.04_mxnet", 8, 400, 0.055767,
+                         0.756, 0.4676, 0.333)
+H200_V40 = SingleNode("v4.0", V40 + " NVIDIA/results/h200_ngc24.04_mxnet", 8, 400, 0.050227,
+                      0.945, 0.5915, 0.323)
 
 _SHAPE_SRC = ("DeepLearningExamples MxNet/Classification/RN50v1.5 README (mxnet-19.07), V100 "
               "fp16 inference img/s by batch: relative least-squares line over its nine batches")
+_SHAPE_A100_SRC = ("DeepLearningExamples MxNet/Classification/RN50v1.5 README (mxnet-20.12), "
+                   "A100 80GB fp16 inference img/s by batch: relative least-squares line over its "
+                   "ten batches (the newest GPU and software with a published per-batch table)")
 _V06_NVIDIA = ("NVIDIA/benchmarks/resnet/implementations/mxnet/config_DGX*_multi*.sh (MLPerf "
                "v0.6): MXNET_HOROVOD_NUM_GROUPS=16, HOROVOD_CYCLE_TIME=0.1; NCCL 2.4.6 (log's "
                "submission_entry) predates LL128: Simple protocol")
@@ -197,11 +226,12 @@ PRESETS: Dict[str, Preset] = {
         title="DGX H100: 8 x H100-SXM5-80GB per node (NVLink 4 + NVSwitch), 8 x NDR400",
         topo=_ll128(8, 450 * GB, 50 * GB, 8),
         single_node=(DGXH100_V40, DGXH100_V30), hbm_bw=3350 * GB, grouping="equal",
-        num_groups=1, horovod_cycle_s=0.1e-3, fusion_copies=2,
+        num_groups=1, horovod_cycle_s=0.1e-3, fusion_copies=2, shape_h=SHAPE_H_A100,
         sources=(("node", "DGX H100 datasheet: 8 x H100 SXM5, NVLink 900 GB/s both directions, "
                   "8 x ConnectX-7 400 Gb/s (NDR400)"),
                  ("per-GPU line c", "single-node DGX H100 logs: v4.0 eos_ngc24.04 (default), "
-                  "v3.0 dgxh100_ngc23.04"), ("shape h", _SHAPE_SRC + ", carried to H100 (stated)"),
+                  "v3.0 dgxh100_ngc23.04"),
+                 ("shape h", _SHAPE_A100_SRC + ", carried to H100 (stated)"),
                  ("groups, cycle, NCCL", _V3_NVIDIA), ("lock-step", _LOCK_NONE),
                  ("HBM", "H100 SXM5 datasheet: 3.35 TB/s"))),
     "abci3": Preset(
@@ -210,11 +240,11 @@ PRESETS: Dict[str, Preset] = {
         single_node=(H200_V40,), hbm_bw=4800 * GB,
         # yasgd's own static groups on stock Horovod 0.28: default cycle 1 ms since Horovod 0.21.0
         # ("Changed default cycle time from 5ms to 1ms"), batched fusion copies.
-        horovod_cycle_s=1e-3, fusion_copies=2,
+        horovod_cycle_s=1e-3, fusion_copies=2, shape_h=SHAPE_H_A100,
         sources=(("node", "ABCI 3.0 (Takano et al., AIST, 2024): 8 x H200 SXM, 8 x InfiniBand "
                   "NDR200 (ConnectX-7) per node; H200 datasheet: NVLink 900 GB/s both directions"),
                  ("per-GPU line c", "single-node 8 x H200 log (v4.0, h200_ngc24.04_mxnet)"),
-                 ("shape h", _SHAPE_SRC + ", carried to H200 (stated)"),
+                 ("shape h", _SHAPE_A100_SRC + ", carried to H200 (stated)"),
                  ("groups, cycle", "yasgd's comm.group_budget_bytes (4 MiB) on stock Horovod "
                   "(default cycle 1 ms since 0.21.0)"), ("lock-step", _LOCK_NONE),
                  ("HBM", "H200 datasheet: 4.8 TB/s"))),
