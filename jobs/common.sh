@@ -17,14 +17,12 @@ export PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}"
 # --- Horovod -------------------------------------------------------------------
 # yasgd issues one grouped allreduce per static layer group (yasgd/allreduce.py),
 # so Horovod's own fusion buffer only adds a copy: it is off by default
-# (with the 5 ms cycle below, ResNet-50's 102 MB on 2 CPU ranks: 34 ms against
-# 97 ms for Horovod's trainer under its defaults, README "Allreduce").
+# (`make bench-allreduce` compares this with Horovod's trainer under its defaults).
 export HOROVOD_FUSION_THRESHOLD="${HOROVOD_FUSION_THRESHOLD:-0}"
 # Background-thread cycle (ms). Fujitsu's MLPerf v0.6 run used 0.2 ms on GPU nodes,
 # where the polling thread has a core of its own. On a CPU-only host every core
-# computes, and a 0.2 ms poll steals one: 2 ranks on 2 cores trained at 885 img/s
-# with 0.2 ms and 1,475 img/s with 5 ms (resnet8, batch 512/rank). So: 0.2 ms
-# when GPUs are present, 5 ms otherwise.
+# computes, and a 0.2 ms poll steals a good part of one, which slowed training down
+# markedly against a 5 ms cycle. So: 0.2 ms when GPUs are present, 5 ms otherwise.
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   export HOROVOD_CYCLE_TIME="${HOROVOD_CYCLE_TIME:-0.2}"
 else

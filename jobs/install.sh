@@ -20,8 +20,12 @@ say() { printf '[install] %s\n' "$*"; }
 die() { printf '[install] error: %s\n' "$*" >&2; exit 1; }
 
 # ---- 1. system packages ---------------------------------------------------
+# openssh-server + iproute2 (ip netns, veth) + util-linux (unshare): the two-node
+# cluster of tests/cluster (docs/cluster.md, "A two-node rehearsal"); the tests start
+# their own sshd inside their namespaces, never the package's in this host.
 APT_PKGS=(g++ make cmake git libopenmpi-dev openmpi-bin dataset-fashion-mnist
-          libgl1 libglib2.0-0 shellcheck slurm-wlm munge)
+          libgl1 libglib2.0-0 shellcheck slurm-wlm munge
+          openssh-server openssh-client iproute2 util-linux)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -30,8 +34,31 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     say "apt-get install ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
+    # No package may start a daemon here (openssh-server would start an sshd in this
+    # host's own namespace, slurm/munge theirs): invoke-rc.d and deb-systemd-invoke
+    # ask /usr/sbin/policy-rc.d, and 101 means "not allowed". A policy-rc.d already
+    # there is kept and put back afterwards.
+    policy=/usr/sbin/policy-rc.d
+    saved=""
+    if [ -e "$policy" ]; then saved=$(mktemp); cp -p "$policy" "$saved"; fi
+    restore_policy() {
+      if [ -n "$saved" ]; then mv -f "$saved" "$policy"; else rm -f "$policy"; fi
+    }
+    trap restore_policy EXIT
+    printf '#!/bin/sh\n# jobs/install.sh: no service starts during the install\nexit 101\n' > "$policy"
+    chmod 755 "$policy"
+    sshd_before=" $( (pgrep -x sshd || true) | tr '\n' ' ')"
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    restore_policy
+    trap - EXIT
+    # The check: no sshd was started by the install (one that ran before is left alone).
+    for pid in $(pgrep -x sshd || true); do
+      case "$sshd_before" in
+        *" $pid "*) ;;
+        *) die "an sshd (pid $pid) started during the install; stop it (kill $pid)" ;;
+      esac
+    done
   else
     die "missing system packages: ${missing[*]} (as root: apt-get install ${missing[*]})"
   fi
@@ -46,7 +73,7 @@ VENV=$(cd "$VENV" && pwd)
 PY="$VENV/bin/python"
 PIP=("$PY" -m pip install -q --disable-pip-version-check)
 
-# Pinned Python stack (README, "The two commands"): numpy < 1.24 for mxnet 1.9.1;
+# Pinned Python stack, so that every install runs the same code: numpy < 1.24 for mxnet 1.9.1;
 # gluoncv's unpinned dependencies pinned to versions that accept numpy 1.23.5.
 REQS=(numpy==1.23.5 "$MXNET" wheel setuptools pyyaml==6.0.2 mpi4py==4.1.2
       opencv-python==4.11.0.86 scipy==1.15.3 pandas==2.3.3 matplotlib==3.10.9

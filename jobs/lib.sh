@@ -17,6 +17,11 @@
 #   YASGD_PYTHON     the interpreter (default: YASGD_HOME/.venv/bin/python, else python3)
 #   YASGD_TRAIN_CMD  what each rank runs instead of `YASGD_PYTHON -m yasgd.cli train`
 #                    (split as YASGD_ARGS; it receives the config and the overrides)
+#   YASGD_LAUNCHER   who starts the ranks: srun | mpirun | auto (default auto: srun
+#                    inside a Slurm job of more than one node when its srun has an MPI
+#                    plugin this OpenMPI speaks, PMIx or else PMI-2; mpirun otherwise)
+#   YASGD_SRUN_MPI   srun's --mpi plugin (default: pmix or pmi2, as found)
+#   YASGD_SRUN_ARGS  extra srun arguments, split as YASGD_ARGS
 # Values are passed on as array elements and never evaluated again: no eval, no
 # unquoted expansion; job.txt and command.sh hold them %q-quoted, one per word.
 
@@ -102,6 +107,48 @@ yasgd_hostfile() {
   [ "$YASGD_NP" -gt 0 ] || yasgd_die "host list $list holds no host"
 }
 
+# yasgd_srun_mpi: the srun --mpi plugin that this srun and this OpenMPI share, pmix
+# (preferred) or pmi2, or nothing. YASGD_SRUN_MPI wins. OpenMPI speaks PMIx through
+# a pmix component other than its own "isolated"/"flux" ones (ext3x, pmix3x, ...)
+# and PMI-2 through "s2"; an MPI without ompi_info (MPICH, Intel MPI) is not guessed.
+yasgd_srun_mpi() {
+  if [ -n "${YASGD_SRUN_MPI:-}" ]; then echo "$YASGD_SRUN_MPI"; return 0; fi
+  command -v srun >/dev/null 2>&1 && command -v ompi_info >/dev/null 2>&1 || return 0
+  local plugins ompi
+  # (22.05 prints "MPI plugin types are..." and one plugin a line; older ones "srun: pmix")
+  plugins=" $(srun --mpi=list 2>&1 | sed 's/^srun: *//; s/^[[:space:]]*//' | tr '\n' ' ') "
+  ompi=" $(ompi_info 2>/dev/null | awk '$1 == "MCA" && $2 == "pmix:" { print $3 }' | tr '\n' ' ') "
+  if [[ $plugins == *" pmix "* ]] && [[ $ompi =~ \ (ext[0-9]x|pmix[0-9]x)\  ]]; then
+    echo pmix
+  elif [[ $plugins == *" pmi2 "* ]] && [[ $ompi == *" s2 "* ]]; then
+    echo pmi2
+  fi
+}
+
+# yasgd_launcher NNODES: sets YASGD_LAUNCHER_USED (srun or mpirun) and, for srun,
+# YASGD_SRUN_PLUGIN. One node: mpirun forks every rank itself; across nodes Slurm's
+# own srun starts them (its accounting, signals and --kill-on-bad-exit).
+yasgd_launcher() {
+  local nnodes=$1 want=${YASGD_LAUNCHER:-auto}
+  YASGD_SRUN_PLUGIN=""
+  case $want in
+    mpirun) YASGD_LAUNCHER_USED=mpirun ;;
+    srun)
+      [ -n "${SLURM_JOB_ID:-}" ] || yasgd_die "YASGD_LAUNCHER=srun outside a Slurm job"
+      YASGD_SRUN_PLUGIN=$(yasgd_srun_mpi)
+      [ -n "$YASGD_SRUN_PLUGIN" ] || yasgd_die "YASGD_LAUNCHER=srun: srun --mpi=list offers" \
+        "no plugin this MPI speaks (pmix, pmi2); set YASGD_SRUN_MPI or YASGD_LAUNCHER=mpirun"
+      YASGD_LAUNCHER_USED=srun ;;
+    auto)
+      YASGD_LAUNCHER_USED=mpirun
+      if [ -n "${SLURM_JOB_ID:-}" ] && [ "$nnodes" -gt 1 ]; then
+        YASGD_SRUN_PLUGIN=$(yasgd_srun_mpi)
+        [ -z "$YASGD_SRUN_PLUGIN" ] || YASGD_LAUNCHER_USED=srun
+      fi ;;
+    *) yasgd_die "YASGD_LAUNCHER must be srun, mpirun or auto, got '$want'" ;;
+  esac
+}
+
 # A new run directory under YASGD_RUNS (never reuses one).
 yasgd_new_run_dir() {
   local base=$1 dir i=1
@@ -117,7 +164,7 @@ yasgd_new_run_dir() {
 
 # yasgd_job SCHEDULER JOB_ID HOST_LIST [section.key=value ...]
 # Writes the run directory, then runs one rank per GPU (per slot without GPUs)
-# through mpirun; returns mpirun's exit status.
+# through mpirun or srun (yasgd_launcher); returns the launcher's exit status.
 yasgd_job() {
   local sched=$1 jobid=$2 hostlist=$3
   shift 3
@@ -130,7 +177,6 @@ yasgd_job() {
     if [ -x "$YASGD_HOME/.venv/bin/python" ]; then py=$YASGD_HOME/.venv/bin/python; else py=python3; fi
   fi
   command -v "$py" >/dev/null 2>&1 || yasgd_die "python interpreter '$py' not found (set YASGD_PYTHON)"
-  command -v mpirun >/dev/null 2>&1 || yasgd_die "mpirun not found (module load hpcx / openmpi?)"
   [ -f "$YASGD_CONFIG" ] || yasgd_die "config $YASGD_CONFIG not found (from $YASGD_HOME)"
 
   # Overrides: rendered ones, then YASGD_ARGS, then the script's arguments;
@@ -156,6 +202,11 @@ yasgd_job() {
   fi
   yasgd_hostfile "$run_dir/hostlist.orig" "$run_dir/hostfile" "$gpus"
   args+=("run.dir=$run_dir")
+  yasgd_launcher "$YASGD_NNODES"
+  local launcher=$YASGD_LAUNCHER_USED
+  if [ "$launcher" = mpirun ]; then
+    command -v mpirun >/dev/null 2>&1 || yasgd_die "mpirun not found (module load hpcx / openmpi?)"
+  fi
   yasgd_log "$sched job $jobid: $YASGD_NNODES node(s), $YASGD_NP rank(s), GPUs/node: $gpus, run directory: $run_dir"
 
   # Provenance, before MPI starts: resolved config (validated for this world
@@ -179,33 +230,60 @@ yasgd_job() {
     echo "nodes=$YASGD_NNODES"
     echo "ranks=$YASGD_NP"
     echo "gpus_per_node=$gpus"
+    echo "launcher=$launcher${YASGD_SRUN_PLUGIN:+ --mpi=$YASGD_SRUN_PLUGIN}"
     printf 'config=%q\n' "$YASGD_CONFIG"
     printf 'overrides='; printf '%q ' "${args[@]}"; echo
     echo "start_utc=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   } > "$run_dir/job.txt"
 
-  # mpirun: ranks fill each host's slots in order (local ranks 0..n-1 per
-  # node); jobs/bind.sh binds each to its GPU, NUMA node and HCA.
-  local mpi=(mpirun -np "$YASGD_NP" --hostfile "$run_dir/hostfile" --bind-to none)
-  [ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
-  # OpenMPI's single-copy shared-memory transport (CMA, process_vm_readv) where
-  # this host allows it; containers often forbid it, and OpenMPI's large
-  # shared-memory transfers then fail: off there (yasgd.launch.single_copy_allowed).
-  if [ -z "${OMPI_MCA_btl_vader_single_copy_mechanism:-}" ] && ! "$py" -c \
-      'import sys; from yasgd.launch import single_copy_allowed as ok; sys.exit(not ok())'; then
-    mpi+=(--mca btl_vader_single_copy_mechanism none)
-  fi
   # where a stopped run leaves its marker (exported to every rank below)
   export YASGD_STOP_FILE="$run_dir/stopped"
   rm -f "$YASGD_STOP_FILE"
-  local var
-  yasgd_split "${YASGD_MPI_ARGS:-}"
-  mpi+=("${YASGD_WORDS[@]}")
-  for var in $(compgen -e); do
-    case $var in
-      OMP_*|KMP_*|MXNET_*|HOROVOD_*|NCCL_*|UCX_*|PYTHON*|YASGD_*|PATH|LD_LIBRARY_PATH) mpi+=(-x "$var") ;;
-    esac
-  done
+  local var launch=()
+  if [ "$launcher" = srun ]; then
+    # srun: Slurm starts one task per rank on the nodes of the host file, each with
+    # the job's whole environment; the MPI library wires up through PMIx (or PMI-2).
+    # A task that dies or fails ends the step (--kill-on-bad-exit), like mpirun.
+    # OMPI_COMM_WORLD_SIZE: the world size mpirun would announce, which the training
+    # reads before MPI starts to know it is one of several ranks (yasgd/dist.py; a
+    # direct-launched OpenMPI rank sets the same value itself once MPI is up).
+    launch=(srun "--mpi=$YASGD_SRUN_PLUGIN" --kill-on-bad-exit=1 --cpu-bind=none
+            --nodes="$YASGD_NNODES" --ntasks="$YASGD_NP"
+            --export="ALL,OMPI_COMM_WORLD_SIZE=$YASGD_NP")
+    if [ "$(awk -F'slots=' '{ print $2 }' "$run_dir/hostfile" | sort -u | wc -l)" -eq 1 ]; then
+      launch+=(--ntasks-per-node="$((YASGD_NP / YASGD_NNODES))")
+    else  # uneven slots: one line per task, in rank order
+      awk -F' slots=' '{ for (i = 0; i < $2; i++) print $1 }' "$run_dir/hostfile" \
+        > "$run_dir/srun-hostfile"
+      export SLURM_HOSTFILE="$run_dir/srun-hostfile"
+      launch+=(--distribution=arbitrary)
+    fi
+    if [ -z "${OMPI_MCA_btl_vader_single_copy_mechanism:-}" ] && ! "$py" -c \
+        'import sys; from yasgd.launch import single_copy_allowed as ok; sys.exit(not ok())'; then
+      export OMPI_MCA_btl_vader_single_copy_mechanism=none
+    fi
+    yasgd_split "${YASGD_SRUN_ARGS:-}"
+    launch+=("${YASGD_WORDS[@]}")
+  else
+    # mpirun: ranks fill each host's slots in order (local ranks 0..n-1 per
+    # node); jobs/bind.sh binds each to its GPU, NUMA node and HCA.
+    launch=(mpirun -np "$YASGD_NP" --hostfile "$run_dir/hostfile" --bind-to none)
+    [ "$(id -u)" -ne 0 ] || launch+=(--allow-run-as-root)
+    # OpenMPI's single-copy shared-memory transport (CMA, process_vm_readv) where
+    # this host allows it; containers often forbid it, and OpenMPI's large
+    # shared-memory transfers then fail: off there (yasgd.launch.single_copy_allowed).
+    if [ -z "${OMPI_MCA_btl_vader_single_copy_mechanism:-}" ] && ! "$py" -c \
+        'import sys; from yasgd.launch import single_copy_allowed as ok; sys.exit(not ok())'; then
+      launch+=(--mca btl_vader_single_copy_mechanism none)
+    fi
+    yasgd_split "${YASGD_MPI_ARGS:-}"
+    launch+=("${YASGD_WORDS[@]}")
+    for var in $(compgen -e); do
+      case $var in
+        OMP_*|KMP_*|MXNET_*|HOROVOD_*|NCCL_*|UCX_*|PYTHON*|YASGD_*|PATH|LD_LIBRARY_PATH) launch+=(-x "$var") ;;
+      esac
+    done
+  fi
   local train=()
   if [ -n "${YASGD_TRAIN_CMD:-}" ]; then
     yasgd_split "$YASGD_TRAIN_CMD"
@@ -213,14 +291,14 @@ yasgd_job() {
   else
     train=("$py" -m yasgd.cli train)
   fi
-  local cmd=("${mpi[@]}" bash "$YASGD_HOME/jobs/bind.sh" "${train[@]}" "$YASGD_CONFIG" "${args[@]}")
+  local cmd=("${launch[@]}" bash "$YASGD_HOME/jobs/bind.sh" "${train[@]}" "$YASGD_CONFIG" "${args[@]}")
   printf '%q ' "${cmd[@]}" > "$run_dir/command.sh"
   echo >> "$run_dir/command.sh"
 
   yasgd_log "starting: $(printf '%q ' "${cmd[@]}")"
   # Signals (a walltime, scancel, qdel, Ctrl-C) reach the ranks, which stop together
   # at one step with a checkpoint and leave $YASGD_STOP_FILE (yasgd/faults.py). This
-  # shell's traps run only once the pipeline has ended, so it waits for mpirun; the
+  # shell's traps run only once the pipeline has ended, so it waits for the launcher; the
   # log's tee ignores the signals, so that no rank loses its output.
   local got_signal=""
   trap 'got_signal=SIGTERM' TERM
@@ -243,7 +321,7 @@ yasgd_job() {
       "continue with run.resume=auto; run directory: $run_dir"
   else
     [ -z "$got_signal" ] || yasgd_log "$got_signal received; the job ended before it took effect"
-    yasgd_log "mpirun exited with status $status; run directory: $run_dir"
+    yasgd_log "$launcher exited with status $status; run directory: $run_dir"
   fi
   return "$status"
 }

@@ -25,7 +25,9 @@ from typing import Dict, List, Optional, Sequence, Union
 import mxnet as mx
 import numpy as np
 
-DEFAULT_BUDGET_BYTES = 4 << 20   # "a few MB" (YASGD); see README, Allreduce
+from yasgd.grouping import DEFAULT_BUDGET_BYTES, group_indices
+
+__all__ = ["DEFAULT_BUDGET_BYTES", "group_params", "DistributedTrainer", "horovod_trainer"]
 
 
 def _nbytes(p) -> int:
@@ -42,31 +44,16 @@ def group_params(params: Union[Sequence, Dict], budget_bytes: int = DEFAULT_BUDG
     packed while the group stays within ``budget_bytes``; a tensor larger than
     the budget forms a group of its own. With ``num_groups > 0`` the tensors are
     instead split into that many groups of nearly equal bytes. Pure function of
-    shapes and dtypes: identical on every rank.
+    shapes and dtypes: identical on every rank. The rule itself is
+    :func:`yasgd.grouping.group_indices`, shared with the scaling model.
     """
     plist = list(params.values()) if hasattr(params, "values") else list(params)
     backward = [p for p in reversed(plist) if p.grad_req != "null"]
     if not backward:
         return []
-    if num_groups > 0:
-        sizes = np.array([_nbytes(p) for p in backward], dtype=np.float64)
-        bounds = np.cumsum(sizes) / sizes.sum() * num_groups
-        groups: List[List] = [[] for _ in range(num_groups)]
-        for p, b in zip(backward, bounds):
-            groups[min(num_groups - 1, int(np.ceil(b - 1e-9)) - 1)].append(p)
-        return [g for g in groups if g]
-    if budget_bytes <= 0:
-        raise ValueError(f"group budget must be positive, got {budget_bytes}")
-    groups, cur, cur_bytes = [], [], 0
-    for p in backward:
-        n = _nbytes(p)
-        if cur and cur_bytes + n > budget_bytes:
-            groups.append(cur)
-            cur, cur_bytes = [], 0
-        cur.append(p)
-        cur_bytes += n
-    groups.append(cur)
-    return groups
+    groups = group_indices([_nbytes(p) for p in backward], budget_bytes=budget_bytes,
+                           num_groups=num_groups)
+    return [[backward[i] for i in g] for g in groups]
 
 
 class DistributedTrainer(mx.gluon.Trainer):

@@ -1,9 +1,13 @@
-"""The only argparse in yasgd: ``yasgd train | data | jobs | simulate | bench | provenance``.
+"""The ``yasgd`` command: ``yasgd train | check-config | launch | data | jobs | simulate |
+bench | provenance``, the one argparse of the library (``yasgd launch`` is
+:func:`yasgd.launch.main`, which keeps its own parser so that ``python -m yasgd.launch``
+works without this module).
 
 Every subcommand turns its arguments into explicit keyword arguments of a library
 function. A :class:`yasgd.UsageError` becomes one line on stderr and exit status 2;
 a training error (non-finite loss, unusable checkpoint) one line and status 1; a
-run stopped by SIGTERM (checkpoint written) one line and status 143.
+run stopped by SIGTERM (checkpoint written) one line and status 143. What ``yasgd
+--help`` tells users is :data:`DESCRIPTION` and :data:`EPILOG`.
 """
 from __future__ import annotations
 
@@ -17,6 +21,26 @@ from typing import Callable, List, Optional
 from yasgd import UsageError
 
 BENCHES = ("optimizer", "allreduce", "init", "throughput", "data", "largebatch", "overlap")
+
+DESCRIPTION = """\
+yasgd trains ResNet-50 at large mini-batches with LARS, data-parallel over MPI ranks
+(MXNet Gluon + Horovod): a reproduction of Fujitsu's "Yet Another Accelerated SGD"
+(Yamazaki et al., 2019). A run is one YAML config plus section.key=value overrides,
+checked before any work starts; bad input stops with one "yasgd: error:" line and
+exit status 2."""
+
+EPILOG = """\
+examples:
+  yasgd check-config examples/configs/demo.yaml --world-size 2
+  yasgd train examples/configs/demo.yaml                        # one rank
+  yasgd launch -np 2 -- yasgd train examples/configs/demo.yaml  # two ranks on this host
+
+"yasgd COMMAND --help" describes a command. README.md has the quick start, the
+deviations from the paper and the file map; docs/ covers clusters and job scripts,
+data preparation, operations (checkpoints, resume, signals), benchmarks, large-batch
+training, the scaling model and the design."""
+
+LAUNCH_USAGE = "yasgd launch -np N [--timeout S] [--gloo] ... -- COMMAND"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,8 +85,9 @@ def _preset(text: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="yasgd", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="yasgd", description=DESCRIPTION, epilog=EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="command")
 
     t = sub.add_parser("train", help="train from a YAML config (1 rank, or N under mpirun/horovodrun)")
     t.add_argument("config", help="YAML config file (see examples/configs/)")
@@ -72,6 +97,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("config")
     c.add_argument("overrides", nargs="*", metavar="section.key=value")
     c.add_argument("--world-size", type=_integer(1), default=1, help="ranks (>= 1)")
+
+    # Listed here for --help only: main() hands "yasgd launch ..." to yasgd.launch.main
+    # before parsing, because its command after -- is not this parser's to read.
+    sub.add_parser("launch", help=f"run N ranks of a command on this host through mpirun: "
+                                  f"{LAUNCH_USAGE}", add_help=False)
 
     def int_in(lo: int, hi: Optional[int] = None):
         """argparse type: an int in [lo, hi]; argparse names the argument in the error."""
@@ -238,6 +268,16 @@ def _check_out_dir(path: str, what: str) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["launch"]:
+        from yasgd import launch
+        try:
+            return launch.main(argv[1:], prog="yasgd launch")
+        except SystemExit as e:             # --help (0), a usage error (2), no mpirun (1)
+            if isinstance(e.code, int) or e.code is None:
+                return e.code or 0
+            print(e.code, file=sys.stderr)
+            return 1
     try:
         args = _parser().parse_args(argv)
     except SystemExit as e:                 # --help (0) or a usage error, already printed (2)

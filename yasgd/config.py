@@ -3,8 +3,9 @@
 Everything the run does is decided here, validated before any work (pycls'
 ``assert_cfg``), and dumped resolved into the run directory (``config.yaml``).
 Every key declares its allowed values where it is defined (``key(default, check)``:
-the check lives in the field's metadata), and :func:`check_values` applies them all,
-then the checks across keys. Unknown keys, values of the wrong type or out of range
+the check, one of :mod:`yasgd.config_checks`, lives in the field's metadata), and
+:func:`check_values` applies them all, then the checks across keys; the YAML is read by
+:mod:`yasgd.config_yaml`. Unknown keys, values of the wrong type or out of range
 and impossible combinations raise :class:`yasgd.UsageError`, which the CLI prints
 as one line with exit status 2.
 """
@@ -12,185 +13,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import math
 import os
-import re
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Optional, Sequence, get_type_hints
+from typing import Any, Dict, List, Optional, get_type_hints
 
 import yaml
 
 from yasgd import UsageError
-
-
-# -- the allowed values of a key ------------------------------------------------------------
-class Check:
-    """What a key accepts: ``typ`` (the Python type after coercion), ``ok(value)`` and
-    ``describe()``, the phrase after "must be" in the error message."""
-    typ: type = object
-
-    def ok(self, value: Any) -> bool:
-        raise NotImplementedError
-
-    def describe(self) -> str:
-        raise NotImplementedError
-
-
-INT64_MAX = 2 ** 63 - 1
-
-
-@dataclass(frozen=True)
-class Int(Check):
-    """An integer in ``[lo, hi]`` (None: unbounded, but always within 64 bits)."""
-    lo: Optional[int] = None
-    hi: Optional[int] = None
-    typ = int
-
-    def ok(self, value: Any) -> bool:
-        return (isinstance(value, int) and not isinstance(value, bool) and abs(value) <= INT64_MAX
-                and (self.lo is None or value >= self.lo) and (self.hi is None or value <= self.hi))
-
-    def describe(self) -> str:
-        if self.lo is not None and self.hi is not None:
-            return f"an integer in [{self.lo}, {self.hi}]"
-        if self.lo is not None:
-            return f"an integer >= {self.lo}"
-        return "an integer" if self.hi is None else f"an integer <= {self.hi}"
-
-
-@dataclass(frozen=True)
-class Float(Check):
-    """A finite number with optional bounds: ``ge``/``gt`` below, ``le``/``lt`` above."""
-    ge: Optional[float] = None
-    gt: Optional[float] = None
-    le: Optional[float] = None
-    lt: Optional[float] = None
-    typ = float
-
-    def ok(self, value: Any) -> bool:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            return False
-        return ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
-                and (self.le is None or value <= self.le) and (self.lt is None or value < self.lt))
-
-    def describe(self) -> str:
-        lo = (f"[{self.ge:g}" if self.ge is not None else f"({self.gt:g}" if self.gt is not None
-              else None)
-        hi = (f"{self.le:g}]" if self.le is not None else f"{self.lt:g})" if self.lt is not None
-              else None)
-        if lo and hi:
-            return f"a finite number in {lo}, {hi}"
-        if lo:
-            return f"a finite number {'>=' if lo[0] == '[' else '>'} {lo[1:]}"
-        if hi:
-            return f"a finite number {'<=' if hi[-1] == ']' else '<'} {hi[:-1]}"
-        return "a finite number"
-
-
-@dataclass(frozen=True)
-class Bool(Check):
-    typ = bool
-
-    def ok(self, value: Any) -> bool:
-        return isinstance(value, bool)
-
-    def describe(self) -> str:
-        return "a boolean (true or false)"
-
-
-@dataclass(frozen=True)
-class OneOf(Check):
-    choices: Sequence[str] = ()
-    typ = str
-
-    def ok(self, value: Any) -> bool:
-        return value in self.choices
-
-    def describe(self) -> str:
-        return f"one of {', '.join(self.choices)}"
-
-
-_CONTROL = re.compile(r"[\x00\n\r]")
-
-
-@dataclass(frozen=True)
-class Line(Check):
-    """Free text on one line (no NUL, newline or carriage return); a path or a label."""
-    what: str = "a string"
-    nonempty: bool = False
-    typ = str
-
-    def ok(self, value: Any) -> bool:
-        return isinstance(value, str) and not _CONTROL.search(value) and (bool(value) or not self.nonempty)
-
-    def describe(self) -> str:
-        return f"{self.what} without NUL or line breaks" + (", not empty" if self.nonempty else "")
-
-
-@dataclass(frozen=True)
-class Name(Check):
-    """A file name component: the run directory is ``<run.dir>/<run.name>-<stamp>``."""
-    max_len: int = 100
-    typ = str
-    _RE = re.compile(r"[A-Za-z0-9._+-]+( [A-Za-z0-9._+-]+)*")   # single spaces inside only
-
-    def ok(self, value: Any) -> bool:
-        return (isinstance(value, str) and len(value) <= self.max_len and value not in (".", "..")
-                and self._RE.fullmatch(value) is not None)
-
-    def describe(self) -> str:
-        return (f"a name of 1-{self.max_len} letters, digits, '.', '_', '+', '-' and single inner "
-                f"spaces (no path separators, not '.' or '..')")
-
-
-# The networks yasgd.model.build accepts (kept here so that checking a config needs no MXNet;
-# tests/unit/test_bad_input.py pins the two tables to yasgd.model's).
-BOTTLENECK_DEPTHS = (50, 101, 152)
-BASIC_DEPTHS = (18, 34)
-
-
-def model_depth(name: str) -> Optional[int]:
-    """The depth of a model name yasgd.model.build accepts, or None: resnet18/34/50/101/152
-    (optionally ``_v1.5`` / ``_v1b``, any case) and the CIFAR-style resnet<6n+2>."""
-    key = name.lower().replace("_v1.5", "").replace("_v1b", "")
-    if not (key.startswith("resnet") and key[6:].isdigit() and key[6:].isascii()):
-        return None
-    depth = int(key[6:])
-    if depth in BOTTLENECK_DEPTHS or depth in BASIC_DEPTHS or (depth >= 8 and (depth - 2) % 6 == 0):
-        return depth
-    return None
-
-
-@dataclass(frozen=True)
-class ModelName(Check):
-    typ = str
-
-    def ok(self, value: Any) -> bool:
-        return isinstance(value, str) and model_depth(value) is not None
-
-    def describe(self) -> str:
-        return ("a known model: resnet18/34/50/101/152 (optionally _v1.5) or resnet<6n+2> "
-                "such as resnet8, resnet20, resnet56")
-
-
-@dataclass(frozen=True)
-class Seconds(Check):
-    """``auto`` or a finite number of seconds >= 0, kept as text (``0`` = off)."""
-    typ = str
-
-    def ok(self, value: Any) -> bool:
-        if not isinstance(value, str):
-            return False
-        if value == "auto":
-            return True
-        try:
-            x = float(value)
-        except ValueError:
-            return False
-        return math.isfinite(x) and x >= 0
-
-    def describe(self) -> str:
-        return "auto or a finite number of seconds >= 0 (0 = off)"
+from yasgd.config_checks import (BASIC_DEPTHS, BOTTLENECK_DEPTHS, INT64_MAX, Bool, Check,  # noqa: F401
+                                 Float, Int, Line, ModelName, Name, OneOf, Seconds, model_depth)
+from yasgd.config_yaml import parse_scalar, read_file  # noqa: F401 -- read_file: public here too
+from yasgd.grouping import DEFAULT_BUDGET_BYTES
 
 
 def key(default: Any, check: Check) -> Any:
@@ -266,7 +99,7 @@ class OptimCfg:
 class ScheduleCfg:
     warmup_epochs: float = key(5.0, Float(ge=0.0))     # <= train.epochs
     warmup_begin_lr: float = key(0.0, Float(ge=0.0))   # <= optim.lr
-    power: float = key(2.0, Float(ge=0.0))             # polynomial decay power (0: constant)
+    power: float = key(2.0, Float(gt=0.0))             # polynomial decay power
     end_lr: float = key(0.0, Float(ge=0.0))            # <= optim.lr
     # constant | follow_lr (WD warms up and decays with the LR)
     wd_schedule: str = key("constant", OneOf(("constant", "follow_lr")))
@@ -289,17 +122,17 @@ class TrainCfg:
     # re-estimate BN statistics on N un-augmented batches before eval
     bn_recalibrate_batches: int = key(0, Int(0))
     progress: bool = key(True, Bool())
-    # auto: hybridized for ImageNet ResNets (ResNet-50: faster on this CPU), imperative
-    # for the CIFAR-style resnet<6n+2> (faster imperative in MXNet 1.9.1 on CPU) and
-    # whenever bn_recalibrate_batches is set; true | false force it (README, "Speed")
+    # auto: hybridized for ImageNet ResNets (ResNet-50 ran faster so on CPU), imperative
+    # for the CIFAR-style resnet<6n+2> (which ran faster imperative in MXNet 1.9.1 on CPU)
+    # and whenever bn_recalibrate_batches is set; true | false force it
     hybridize: str = key("auto", OneOf(TRISTATE))
     max_steps: int = key(0, Int(0))          # stop after N steps (0 = run all epochs); for tests and benches
 
 
 @dataclass
 class CommCfg:
-    # static allreduce groups of about this many bytes
-    group_budget_bytes: int = key(4 << 20, Int(1))
+    # static allreduce groups of about this many bytes (yasgd.grouping's rule and default)
+    group_budget_bytes: int = key(DEFAULT_BUDGET_BYTES, Int(1))
     num_groups: int = key(0, Int(0))         # > 0 overrides the byte budget
     fp16_compression: bool = key(False, Bool())
     init: str = key("parallel", OneOf(("parallel", "broadcast")))
@@ -430,106 +263,6 @@ def stall_timeout(cfg: Config) -> Optional[float]:
     return None if value == "auto" else float(value)
 
 
-def _parse_scalar(text: str) -> Any:
-    """Parse the right-hand side of an override with YAML's scalar rules."""
-    try:
-        return yaml.safe_load(text) if text != "" else ""
-    except (yaml.YAMLError, ValueError, OverflowError):   # e.g. an impossible date, 5,000 digits
-        return text
-
-
-class _DuplicateKey(yaml.constructor.ConstructorError):
-    pass
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one mapping (YAML 1.2 forbids it;
-    PyYAML would keep the last one silently). Keys merged in with ``<<`` may be overridden."""
-
-    def construct_document(self, node):
-        self._paths: Dict[int, str] = {}
-        self._index(node, "", set())
-        return super().construct_document(node)
-
-    def _index(self, node, path: str, seen: set) -> None:
-        if id(node) in seen:                     # an alias seen before (or a recursive one)
-            return
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            self._paths[id(node)] = path
-            for k, v in node.value:
-                name = k.value if isinstance(k, yaml.ScalarNode) else "?"
-                self._index(v, f"{path}.{name}" if path else str(name), seen)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                self._index(v, f"{path}[{i}]", seen)
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen = set()
-            for k, _ in node.value:
-                if k.tag == "tag:yaml.org,2002:merge":
-                    continue
-                name = self.construct_object(k, deep=True)
-                try:
-                    dup = name in seen
-                    seen.add(name)
-                except TypeError:                # an unhashable key: the constructor says so
-                    continue
-                if dup:
-                    prefix = self._paths.get(id(node), "")
-                    raise _DuplicateKey(
-                        None, None, f"duplicate key {prefix + '.' if prefix else ''}{name}",
-                        k.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _yaml_problem(e: yaml.YAMLError) -> str:
-    problem = getattr(e, "problem", None)
-    mark = getattr(e, "problem_mark", None)
-    if not problem:
-        return " ".join(str(e).split())
-    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-    return f"{problem}{where}"
-
-
-def read_file(path: str) -> Dict[str, Any]:
-    """The sections of a YAML config file; an empty file holds none (all defaults)."""
-    if os.path.isdir(path):
-        raise UsageError(f"config file {path} is a directory")
-    if not os.path.exists(path):
-        raise UsageError(f"config file not found: {path}")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise UsageError(f"config file {path} cannot be read: {e.strerror or e}")
-    if b"\x00" in data:
-        raise UsageError(f"config file {path} is binary (it holds NUL bytes), not YAML text")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise UsageError(f"config file {path} is not UTF-8 text "
-                         f"(byte 0x{data[e.start]:02x} at offset {e.start})")
-    try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)
-    except _DuplicateKey as e:
-        raise UsageError(f"config file {path} has a {_yaml_problem(e)}")
-    except yaml.YAMLError as e:
-        raise UsageError(f"config file {path} is not valid YAML: {_yaml_problem(e)}")
-    except (ValueError, OverflowError) as e:     # a scalar YAML cannot convert (date, huge int)
-        raise UsageError(f"config file {path} holds a value YAML cannot read: "
-                         f"{' '.join(str(e).split())[:120]}")
-    except RecursionError:
-        raise UsageError(f"config file {path} is not valid YAML: nested too deeply")
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise UsageError(f"config file {path} must hold a mapping of sections "
-                         f"(such as 'train: {{epochs: 30}}'), got {type(raw).__name__} {raw!r:.40}")
-    return raw
-
-
 def load(path: Optional[str] = None, overrides: Optional[List[str]] = None) -> Config:
     """Build a Config from an optional YAML file and ``section.key=value`` overrides.
 
@@ -553,7 +286,7 @@ def load(path: Optional[str] = None, overrides: Optional[List[str]] = None) -> C
             raise UsageError(f"override {item!r} is not of the form section.key=value")
         lhs, rhs = item.split("=", 1)
         section, key = lhs.split(".", 1)
-        _apply(cfg, section.strip(), key.strip(), _parse_scalar(rhs))
+        _apply(cfg, section.strip(), key.strip(), parse_scalar(rhs))
     check_values(cfg)
     return cfg
 

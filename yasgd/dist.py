@@ -17,10 +17,15 @@ _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE")
 
 
 def env_world_size() -> int:
-    """The world size the launcher announced (mpirun, horovodrun), before any init."""
+    """The world size the launcher announced (mpirun, horovodrun, srun), before any init.
+
+    ``srun --mpi=pmix`` announces no size of its own before MPI starts: its tasks carry
+    ``PMIX_RANK`` and Slurm's ``SLURM_STEP_NUM_TASKS``."""
     for var in _SIZE_VARS:
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])
+    if "PMIX_RANK" in os.environ and os.environ.get("SLURM_STEP_NUM_TASKS", "").isdigit():
+        return int(os.environ["SLURM_STEP_NUM_TASKS"])
     return 1
 
 

@@ -18,7 +18,8 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-DEFAULT_BUDGET_BYTES = 4 << 20   # "a few MB" (YASGD); see README, Allreduce
+# "a few MB" (YASGD): large enough to amortise a call's latency, small enough to overlap backward
+DEFAULT_BUDGET_BYTES = 4 << 20
 
 
 def budget_bounds(sizes: Sequence[int], budget_bytes: int = DEFAULT_BUDGET_BYTES

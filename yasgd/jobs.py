@@ -29,7 +29,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from yasgd import UsageError
 

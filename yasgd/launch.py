@@ -1,6 +1,7 @@
 """Launch N ranks of a command on this host through mpirun (OpenMPI).
 
-    python -m yasgd.launch -np 2 [--timeout S] [--gloo] [--no-tuning-defaults] -- yasgd train CONFIG ...
+    yasgd launch -np 2 [--timeout S] [--gloo] [--no-tuning-defaults] -- yasgd train CONFIG ...
+    python -m yasgd.launch -np 2 ...   (the same, without the console script)
 
 Adds what a one-host launch needs: ``--allow-run-as-root`` when root,
 ``--oversubscribe`` (more ranks than cores), ``--bind-to none``, OpenMPI's
@@ -20,7 +21,8 @@ killing them): the ranks stop together at the next step, write a checkpoint,
 leave a stop marker (``YASGD_STOP_FILE``, see yasgd.faults) and exit 0, so that
 mpirun ends at once; the launcher then exits 130 (SIGINT) or 143 (SIGTERM). A
 second SIGINT kills the whole job at once (exit 130; the previous checkpoint is
-intact). A job that finished before the signal took effect exits 0.
+intact). A job that finished before the signal took effect exits 0. A bad argument
+(``-np 0``, no command) is one ``yasgd: error: launch: ...`` line and exit status 2.
 ``--grace`` is mpirun's delay between its own SIGTERM and SIGKILL to the ranks
 (OpenMPI's ``odls_base_sigkill_timeout``), used when mpirun aborts a job (a rank
 died, exited non-zero or called MPI_Abort): the ranks' checkpoint does not depend
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import math
 import os
 import shutil
 import signal
@@ -48,10 +51,10 @@ SINGLE_COPY_VAR = "OMPI_MCA_btl_vader_single_copy_mechanism"
 def single_copy_allowed() -> bool:
     """Whether this host lets one process read another's memory with
     ``process_vm_readv`` (Linux cross-memory attach, CMA): OpenMPI's shared-memory
-    transport (vader) then moves a large message with one copy instead of two
-    (measured here: a 102 MB MPI_Allreduce on 2 ranks, 107 ms with two copies, 71 ms
-    with CMA). Containers often forbid it (seccomp, no CAP_SYS_PTRACE, Yama), and then
-    OpenMPI's large shared-memory transfers fail, so this checks first, the way vader
+    transport (vader) then moves a large message with one copy instead of two, which
+    makes large allreduces on one host markedly faster. Containers often forbid it
+    (seccomp, no CAP_SYS_PTRACE, Yama), and then OpenMPI's large shared-memory
+    transfers fail, so this checks first, the way vader
     uses it: a forked child reads a buffer of its parent, which (like vader) has
     allowed any process of its user to attach (Yama's ``PR_SET_PTRACER``)."""
     import ctypes
@@ -132,22 +135,74 @@ def with_tuning_defaults(env: dict) -> dict:
     return merged
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m yasgd.launch", description=__doc__.splitlines()[0])
-    p.add_argument("-np", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=None, help="kill the job after S seconds")
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line, ``yasgd: error: launch: <message>``, exit 2, the
+    form of every yasgd command's usage errors (``--help`` is unchanged)."""
+
+    def error(self, message: str):
+        text = " ".join(message.split())
+        self.exit(2, f"yasgd: error: launch: {text} (see {self.prog} --help)\n")
+
+
+def _ranks(text: str) -> int:
+    """argparse type of -np: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """argparse type of --timeout: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
+def _grace(text: str) -> int:
+    """argparse type of --grace: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer number of seconds >= 0, got {text!r}")
+    return value
+
+
+def parser(prog: str = "python -m yasgd.launch") -> argparse.ArgumentParser:
+    """The launcher's arguments (``yasgd launch`` gives ``prog="yasgd launch"``)."""
+    p = _Parser(prog=prog, description=__doc__.splitlines()[0],
+                usage=f"{prog} -np N [--timeout S] [--gloo] [--grace S] "
+                      "[--no-tuning-defaults] -- COMMAND ...")
+    p.add_argument("-np", type=_ranks, default=2, metavar="N", help="ranks (default: 2)")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+                   help="kill the job after S seconds (exit status 124)")
     p.add_argument("--gloo", action="store_true", help="use horovodrun --gloo instead of mpirun")
-    p.add_argument("--grace", type=int, default=None,
+    p.add_argument("--grace", type=_grace, default=None, metavar="S",
                    help="seconds between mpirun's SIGTERM and SIGKILL to the ranks (default: "
                         "$OMPI_MCA_odls_base_sigkill_timeout, else 3)")
     p.add_argument("--no-tuning-defaults", action="store_true",
                    help="do not fill in jobs/common.sh's tuning variables (HOROVOD_*, MXNET_*, "
                         "...): run with the environment exactly as given")
-    p.add_argument("command", nargs=argparse.REMAINDER)
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the command every rank runs, after --")
+    return p
+
+
+def main(argv: Optional[List[str]] = None, prog: str = "python -m yasgd.launch") -> int:
+    p = parser(prog)
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        p.error("no command given")
+        p.error("no command given (put it after --)")
     env = dict(os.environ)
     user_grace = env.get("OMPI_MCA_odls_base_sigkill_timeout")
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.np)))

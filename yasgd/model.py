@@ -17,7 +17,7 @@ followed by a ReLU.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import List, Sequence, Tuple
 
 from mxnet import gluon, init
 from mxnet.gluon import nn
@@ -197,6 +197,26 @@ def default_initializer() -> init.Initializer:
     """He (MSRA) init for convolutions and dense layers, as in He et al. 2015;
     gamma/beta/zero-gamma keep the initialisers set on their layers."""
     return init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2)
+
+
+def trainable_params(net: gluon.Block) -> List:
+    """The Parameters that get gradients (BN running statistics excluded), in registration
+    (forward) order: the tensors the optimizer updates and the allreduce layer sums."""
+    return [p for p in net.collect_params().values() if p.grad_req != "null"]
+
+
+def resnet50_tensors(seed: int = 0, zero_init_last_gamma: bool = True,
+                     ctx=None) -> Tuple[ResNet, List]:
+    """(network, :func:`trainable_params`) of a ResNet-50 v1.5 (1,000 classes) initialised
+    with :func:`default_initializer` after ``mx.random.seed(seed)``, on ``ctx`` (default:
+    the CPU): the tensor list of the optimizer and allreduce benchmarks, 161 tensors of
+    25,557,032 floats. Which of them get LARS and weight decay is decided by structure
+    (:func:`yasgd.params.split_by_structure`), never by name."""
+    import mxnet as mx
+    net = build("resnet50_v1.5", zero_init_last_gamma=zero_init_last_gamma)
+    mx.random.seed(seed)
+    net.initialize(default_initializer(), ctx=ctx if ctx is not None else mx.cpu())
+    return net, trainable_params(net)
 
 
 def count_parameters(net: gluon.Block, trainable_only: bool = True) -> int:

@@ -7,7 +7,7 @@ The choice is made in two steps, because the last check needs the network:
    built) turns ``run.resume`` into a :class:`ResumePlan`: the checkpoints to try,
    newest first, of one run directory (the run continues there). ``auto`` takes
    the newest run directory ``<run.dir>/<run.name>-<stamp>`` that holds a checkpoint
-   passing :func:`checkpoint.verify` (manifest, sizes, every SHA-256, state fields);
+   passing :func:`checkpoint_format.verify` (manifest, sizes, every SHA-256, state fields);
    the ones that fail are recorded with their reason. A run directory as
    ``run.resume`` is the same within that directory; a checkpoint directory is
    the only candidate, and a damaged one is a usage error.
@@ -36,9 +36,10 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from yasgd import UsageError
-from yasgd.checkpoint import (MANIFEST, MANIFEST_DIGEST, NAME, PARAMS, STATE, STATES,
-                              CheckpointError, aux_name, check_file, checkpoints, config_digest,
-                              name_key, run_dirs, structural_params, trajectory_config, verify)
+from yasgd.checkpoint import structural_params
+from yasgd.checkpoint_format import (MANIFEST, MANIFEST_DIGEST, NAME, PARAMS, STATE, STATES,
+                                     CheckpointError, aux_name, check_file, checkpoints,
+                                     config_digest, name_key, run_dirs, trajectory_config, verify)
 
 Verified = Tuple[Dict[str, Any], Dict[str, Dict[str, Any]]]   # (state, manifest files)
 
@@ -150,7 +151,7 @@ def load_into(s, path: str, state: Dict[str, Any]) -> None:
     updater = s.trainer._updaters[0]
     updater.states.clear()
     updater.states_synced.clear()
-    # keys are structural parameter names (see checkpoint._optimizer_state)
+    # keys are structural parameter names (see yasgd.checkpoint._optimizer_state)
     index_of_id = {id(p): i for i, p in enumerate(s.trainer._params)}
     index = {n: index_of_id[id(p)] for n, p in structural_params(s.net).items() if id(p) in index_of_id}
     for key, kind in desc["states"].items():

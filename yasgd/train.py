@@ -4,45 +4,56 @@
       -> allreduce layer (static groups, overlapped with backward)
       -> LARS (batched norms; schedule gives lr/wd for this step) -> next step
 
-Sync points (``.asnumpy()``, allreduce of metrics) happen only at log
-intervals, at evaluation and at checkpoints; each is marked ``# SYNC``.
+One optimizer step is ``yasgd.step.train_step`` (the function the benchmarks time
+too); the epoch's metrics live on the device in a ``yasgd.meter.TrainMeter``. Sync
+points (``.asnumpy()``, allreduce of metrics) happen only at log intervals, at
+evaluation and at checkpoints; each is marked ``# SYNC``.
 """
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
 from yasgd import UsageError, checkpoint, faults, mlperf, resume
 from yasgd import config as config_mod
+from yasgd.meter import TrainingError, TrainMeter  # noqa: F401 (TrainingError: callers use train.)
+from yasgd.step import train_step
 from yasgd.watchdog import Watchdog
 
-
-class TrainingError(RuntimeError):
-    """The run cannot go on (non-finite loss, ...)."""
+if TYPE_CHECKING:   # annotations only: importing this module must not import MXNet
+    import mxnet as mx
+    from mxnet import gluon
+    from yasgd.config import Config
+    from yasgd.data import Loader
+    from yasgd.dist import World
+    from yasgd.logging import RunLog
+    from yasgd.model import ResNet
+    from yasgd.resume import ResumePlan
 
 
 @dataclass
 class Setup:
-    cfg: Any
-    world: Any
-    ctx: Any
-    net: Any
-    trainer: Any
-    loss_fn: Any
-    train_loader: Any
-    val_loader: Any
-    per_rank: int
-    steps_per_epoch: int
+    """Everything one training run holds, made by :func:`build`."""
+    cfg: Config
+    world: World
+    ctx: mx.Context
+    net: ResNet
+    trainer: gluon.Trainer              # allreduce.DistributedTrainer or Horovod's own
+    loss_fn: gluon.loss.Loss
+    train_loader: Loader
+    val_loader: Loader
+    per_rank: int                       # micro-batch of each rank
+    steps_per_epoch: int                # optimizer steps (micro-batches // train.accumulate)
     run_dir: Optional[str]
-    log: Any
-    resume_from: Optional[str] = None   # checkpoint to continue from (yasgd.checkpoint)
+    log: RunLog
+    # checkpoints to continue from (yasgd.resume: a plan, or one checkpoint's path)
+    resume_from: Union[ResumePlan, str, None] = None
     # progress watch (yasgd.watchdog); the default one is off (library callers, benchmarks)
     watchdog: Watchdog = field(default_factory=lambda: Watchdog(0))
     stop: Optional[faults.StopPoll] = None   # per-step signal poll (yasgd.faults), set by fit
+    steps_run: int = 0                  # optimizer steps yasgd.step.train_step took on this run
 
 
 # -- start-up ----------------------------------------------------------------------
@@ -79,7 +90,6 @@ def prepare_run_dir(cfg, world) -> Tuple[Optional[str], Optional["resume.ResumeP
 
 
 def build(cfg, world) -> Setup:
-    import mxnet as mx
     from yasgd import allreduce, data, init, model, optim, params, schedule
     from yasgd.logging import RunLog
     from yasgd.loss import LabelSmoothingCE
@@ -131,8 +141,6 @@ def build(cfg, world) -> Setup:
 # -- one epoch -----------------------------------------------------------------------
 def train_epoch(s: Setup, epoch: int, step: int, skip: int = 0) -> Dict[str, float]:
     """One epoch from its step ``skip`` (> 0: resuming mid-epoch); ``step``: steps done."""
-    import mxnet as mx
-    from mxnet import autograd
     cfg, k = s.cfg, s.cfg.train.accumulate
     polish = epoch >= cfg.train.epochs - cfg.data.polish_epochs
     wd = s.watchdog
@@ -142,38 +150,17 @@ def train_epoch(s: Setup, epoch: int, step: int, skip: int = 0) -> Dict[str, flo
         batches = iter(s.train_loader)
         for _ in range(skip * k):   # resuming mid-epoch: replay this epoch's data order up to there
             next(batches)
-    loss_sum = mx.nd.zeros((1,), ctx=s.ctx, dtype="float64")
-    correct = mx.nd.zeros((1,), ctx=s.ctx, dtype="float64")
-    bad = mx.nd.zeros((1,), ctx=s.ctx, dtype="float64")   # steps since the loss became non-finite
-    seen, window_t, window_steps, last = 0, time.time(), 0, {}
+    meter, last = TrainMeter(s.ctx), {}
     s.log.bar_start(s.steps_per_epoch, f"epoch {epoch + 1}/{cfg.train.epochs}")
     for i in range(skip, s.steps_per_epoch):
-        for _ in range(k):
-            x, y = next(batches)
-            if cfg.model.dtype == "float16":
-                x = x.astype("float16")
-            # forward + smoothed loss, then backward (queued, not waited for)
-            with autograd.record():
-                out = s.net(x)
-                loss = s.loss_fn(out, y)
-            loss.backward()
-            loss_sum += loss.sum().astype("float64")
-            correct += (out.argmax(axis=1) == y.astype(out.dtype)).sum().astype("float64")
-            seen += x.shape[0]
-        # allreduce (grouped, overlapping backward) + LARS update
-        s.trainer.step(s.per_rank * k)
-        if k > 1:
-            for p in s.net.collect_params().values():
-                if p.grad_req == "add":
-                    p.zero_grad()
+        # k micro-batches (forward, loss, backward), allreduce + LARS update, metrics on device
+        train_step(s, batches, meter)
         step += 1
-        window_steps += 1
-        bad += 1 - mx.nd.contrib.isfinite(loss_sum)   # on the device, no sync (yasgd.faults)
         last_step = i == s.steps_per_epoch - 1 or (cfg.train.max_steps and step >= cfg.train.max_steps)
+        # log interval: the epoch's metrics so far, reduced over ranks
         if step % cfg.train.log_interval == 0 or last_step:
-            last = _log_train(s, epoch, step, loss_sum, correct, seen, window_t, window_steps, bad)
-            wd.step_time((time.time() - window_t) / window_steps)
-            window_t, window_steps = time.time(), 0
+            last = meter.log(s, epoch, step)   # SYNC: the one per log interval
+            wd.step_time(meter.next_window())
         # signals: every rank learns of them at the same step (yasgd.faults.StopPoll)
         signame = s.stop.after_step(step) if s.stop is not None else None
         wd.beat(step)
@@ -186,26 +173,6 @@ def train_epoch(s: Setup, epoch: int, step: int, skip: int = 0) -> Dict[str, flo
     s.log.bar_close()
     last["step"] = step
     return last
-
-
-def _log_train(s: Setup, epoch, step, loss_sum, correct, seen, window_t, window_steps, bad):
-    # SYNC: metrics and the non-finite count reduced across ranks at log intervals only.
-    local = np.concatenate([loss_sum.asnumpy(), correct.asnumpy(), [float(seen)], bad.asnumpy()])
-    tot = s.world.allreduce_sum(local, name=f"yasgd.metrics.{step}")
-    loss, acc = tot[0] / tot[2], tot[1] / tot[2]
-    if not np.isfinite(loss):
-        first = faults.first_nonfinite_step(s.world, step, float(local[3]))
-        where = f"first at step {first}" if first else f"at step {step}"
-        raise TrainingError(f"non-finite training loss ({loss}) {where} (epoch {epoch + 1}, checked "
-                            f"at step {step}); lower optim.lr or check the data")
-    dt = max(time.time() - window_t, 1e-9)
-    ips = window_steps * s.cfg.train.global_batch / dt
-    opt = s.trainer._optimizer
-    lr = opt.lr_scheduler(opt.num_update) if opt.lr_scheduler is not None else opt.learning_rate
-    rec = {"epoch": epoch + 1, "step": step, "loss": float(loss), "train_acc": float(acc),
-           "lr": float(lr), "img_per_s": float(ips)}
-    s.log.event("train", **rec)
-    return rec
 
 
 # -- evaluation ----------------------------------------------------------------------

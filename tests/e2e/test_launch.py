@@ -1,6 +1,7 @@
 """yasgd.launch's environment: jobs/common.sh's tuning defaults are filled in unless
 --no-tuning-defaults, which the benchmarks use to measure Horovod's own defaults; OpenMPI's
-single-copy shared memory is switched off exactly where the host forbids it."""
+single-copy shared memory is switched off exactly where the host forbids it; ``yasgd
+launch`` and ``python -m yasgd.launch`` run a command the same way."""
 import os
 import re
 import subprocess
@@ -92,3 +93,22 @@ def test_single_copy_probe_says_no_when_forbidden():
     if "NOSETUID" in out.stdout:
         pytest.skip("root here may not change its user id")
     assert "ALLOWED False" in out.stdout and "NONE none" in out.stdout, out.stdout
+
+
+# --- the two entries: ``yasgd launch`` and ``python -m yasgd.launch`` ----------------------
+YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
+
+
+@pytest.mark.parametrize("entry", [[YASGD, "launch"], [sys.executable, "-m", "yasgd.launch"]],
+                         ids=["yasgd launch", "python -m yasgd.launch"])
+def test_both_entries_run_a_command(entry):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    out = subprocess.run([*entry, "-np", "1", "--timeout", "60", "--", sys.executable, "-c",
+                          "print(1)"], env=env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1"], out.stdout
+    bad = subprocess.run([*entry, "-np", "0", "--", sys.executable, "-c", "print(1)"],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("yasgd: error: launch: ")

@@ -244,26 +244,63 @@ def test_sigkill_of_one_rank_mid_epoch_then_resume_auto(straight, data_root, tmp
 
 
 # -- 3. a kill while a checkpoint is being written ----------------------------------------------
+def hold_before_manifest(rd, name, timeout):
+    """Stop rank 0 from outside between writing checkpoint ``name``'s files and its rename.
+
+    As soon as ``.tmp-<name>`` appears (polled every millisecond: rank 0 still has a
+    collective, the data files, a barrier and state.json to do), a FIFO is put where the
+    manifest goes. Rank 0 writes state.json and then opens MANIFEST.json for writing, and
+    opening a FIFO that no one reads blocks: rank 0 waits there, with every data file and
+    state.json written and nothing renamed, until it is killed. False when the FIFO came
+    too late (the manifest already written, or the directory already renamed)."""
+    tmp = os.path.join(rd, f".tmp-{name}")
+    end = time.time() + timeout
+    while not os.path.isdir(tmp):
+        if time.time() > end:
+            raise AssertionError(f"timed out waiting for {tmp}")
+        time.sleep(0.001)
+    try:
+        os.mkfifo(os.path.join(tmp, checkpoint.MANIFEST))
+    except (FileExistsError, FileNotFoundError):
+        return False
+    wait_until(lambda: _complete_json(os.path.join(tmp, checkpoint.STATE)), 60, f"{tmp}/state.json")
+    return True
+
+
+def _complete_json(path):
+    try:
+        with open(path) as f:
+            return isinstance(json.load(f), dict)
+    except (OSError, ValueError):
+        return False
+
+
 def test_kill_during_checkpoint_write_keeps_previous(data_root, tmp_path, jobs):
-    # Test hook: rank 0 sleeps 4 s between writing a checkpoint's files and the rename.
+    # Rank 0 is held from outside (hold_before_manifest) between writing the second
+    # checkpoint's files and its rename, then killed; production code has no test hook.
     args = common(data_root, tmp_path, "w") + ["train.checkpoint_every=1"]
-    job = Job(tmp_path, args, env={checkpoint.DELAY_ENV: "4"}, tag="write")
+    job = Job(tmp_path, args, tag="write")
     jobs.append(job)
-    tmp2 = lambda: glob.glob(str(tmp_path / "w-*" / ".tmp-ckpt-2" / "state.json"))  # noqa: E731
-    wait_until(lambda: tmp2(), 150, "the second checkpoint's files")
+    wait_until(lambda: glob.glob(str(tmp_path / "w-*" / "ckpt-1")), 150, "the first checkpoint")
     rd = run_dir(tmp_path, "w")
-    assert os.path.isdir(os.path.join(rd, "ckpt-1"))
+    # ckpt-2 is the one meant; ckpt-3 only if this host was too slow to place the FIFO in time
+    held = next((e for e in (2, 3) if hold_before_manifest(rd, f"ckpt-{e}", 150)), None)
+    assert held is not None, "rank 0 wrote both manifests before the FIFO was in place"
+    previous, tmp = os.path.join(rd, f"ckpt-{held - 1}"), os.path.join(rd, f".tmp-ckpt-{held}")
+    assert os.path.isdir(previous)
     os.kill(rank_pid(job.proc.pid, 0), signal.SIGKILL)      # the writer dies before its rename
     job.kill_all()                                          # (no need to wait for mpirun)
     job.wait()
-    assert os.path.isdir(os.path.join(rd, ".tmp-ckpt-2")) and not os.path.exists(
-        os.path.join(rd, "ckpt-2"))
-    assert checkpoint.latest_valid(rd) == os.path.join(rd, "ckpt-1")
-    state = checkpoint.validate(os.path.join(rd, "ckpt-1"), deep=True)
-    assert state["step"] == SPE and state["world_size"] == 2
+    assert os.path.isdir(tmp) and not os.path.exists(os.path.join(rd, f"ckpt-{held}"))
+    for name in ("model.params", "optimizer.states", "aux-rank1.params", "state.json"):
+        assert os.path.isfile(os.path.join(tmp, name)), name   # its files were all written
+    assert checkpoint.latest_valid(rd) == previous
+    state = checkpoint.validate(previous, deep=True)
+    assert state["step"] == SPE * (held - 1) and state["world_size"] == 2
     import mxnet as mx
-    assert len(mx.nd.load(os.path.join(rd, "ckpt-1", "model.params"))) == len(state["params"])
-    assert len(mx.nd.load(os.path.join(rd, "ckpt-1", "optimizer.states"))) > 0
+    assert len(mx.nd.load(os.path.join(previous, "model.params"))) == len(state["params"])
+    assert len(mx.nd.load(os.path.join(previous, "optimizer.states"))) > 0
+    print(f"\nrank 0 held before the manifest of ckpt-{held}, then killed")
 
 
 # -- 4. SIGTERM ---------------------------------------------------------------------------

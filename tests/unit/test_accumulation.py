@@ -1,10 +1,13 @@
 """Gradient accumulation: k micro-batches of b == one batch of k*b (BN-free model).
 
-The mechanism train.train_epoch uses: parameters with grad_req='add', one backward
-per micro-batch, one trainer.step(k*b), then zero_grad. Compared after 4 LARS steps
-with one batch of k*b per step; tolerance per tensor: L2 norm of the difference
-<= 1e-5 x the norm, every element within 1e-5 of the tensor's largest magnitude.
+The accumulated side is yasgd.step.train_step itself, the step train.train_epoch runs
+(parameters with grad_req='add', one backward per micro-batch, one trainer.step(k*b),
+then zero_grad). Compared after 4 LARS steps with one batch of k*b per step; tolerance
+per tensor: L2 norm of the difference <= 1e-5 x the norm, every element within 1e-5 of
+the tensor's largest magnitude.
 """
+from types import SimpleNamespace
+
 import mxnet as mx
 import numpy as np
 import pytest
@@ -12,6 +15,8 @@ import pytest
 import yasgd.optim
 from yasgd import allreduce, init
 from yasgd.loss import LabelSmoothingCE
+from yasgd.meter import TrainMeter
+from yasgd.step import train_step
 
 
 def net_():
@@ -44,15 +49,17 @@ def test_accumulation_equals_large_batch(k):
         if p.grad_req != "null":
             p.grad_req = "add"
     ta = allreduce.DistributedTrainer(acc.collect_params(), yasgd.optim.LARS(**opt))
-    for x, y in data:
-        for j in range(k):
-            with mx.autograd.record():
-                loss = loss_fn(acc(mx.nd.array(x[j * b:(j + 1) * b])), mx.nd.array(y[j * b:(j + 1) * b]))
-            loss.backward()
-        ta.step(k * b)
-        for p in acc.collect_params().values():
-            if p.grad_req == "add":
-                p.zero_grad()
+    # the fields of yasgd.train.Setup that train_step reads
+    run = SimpleNamespace(cfg=SimpleNamespace(train=SimpleNamespace(accumulate=k),
+                                              model=SimpleNamespace(dtype="float32")),
+                          net=acc, loss_fn=loss_fn, trainer=ta, per_rank=b, steps_run=0)
+    micro = iter([(mx.nd.array(x[j * b:(j + 1) * b]), mx.nd.array(y[j * b:(j + 1) * b]))
+                  for x, y in data for j in range(k)])
+    meter = TrainMeter(mx.cpu())
+    for _ in data:
+        train_step(run, micro, meter)
+    assert run.steps_run == steps and meter.seen == steps * k * b and meter.window_steps == steps
+    assert next(micro, None) is None      # k micro-batches per step, no more
 
     for pa, pb in zip(acc.collect_params().values(), big.collect_params().values()):
         a, ref = pa.data().asnumpy(), pb.data().asnumpy()

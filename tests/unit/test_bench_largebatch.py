@@ -64,3 +64,18 @@ def test_estimate_schedules_runs_side_by_side():
 def test_threads_per_job(monkeypatch):
     monkeypatch.setattr(lb.os, "cpu_count", lambda: 2)
     assert [lb.threads_per_job(j) for j in (1, 2, 3)] == [2, 1, 1]
+
+
+def test_bn_momentum_note_states_what_the_runs_held():
+    """The report states the BN momentum the runs' BatchNorm layers held (from their results),
+    by batch size where it differs, never a value recomputed from the config."""
+    from yasgd.bench.largebatch_report import _bn_held
+    results = [{"arm": "lars", "batch": 8192, "bn_momentum": 0.9375},
+               {"arm": "lars", "batch": 1024, "bn_momentum": 0.99},
+               {"arm": "lars", "batch": 1024, "bn_momentum": 0.99},
+               {"arm": "sgd", "batch": 1024, "bn_momentum": 0.9},
+               {"arm": "baseline", "batch": 256, "bn_momentum": 0.9},
+               {"arm": "sgd", "batch": 8192, "bn_momentum": None}]      # a failed run
+    assert _bn_held(results, ("lars",)) == "0.99 at 1K, 0.9375 at 8K"
+    assert _bn_held(results, ("baseline", "sgd")) == "0.9"
+    assert _bn_held([], ("lars",)) == "n/a"

@@ -59,3 +59,71 @@ def test_num_groups_split_is_balanced():
     sizes = [sum(int(np.prod(p.shape)) for p in g) for g in groups]
     assert sum(sizes) == 25_557_032
     assert max(sizes) < 2.5 * (25_557_032 / 8)   # a single 2.36M-float tensor limits balance
+
+
+def _group_params_before_grouping_py(params, budget_bytes=4 << 20, num_groups=0):
+    """yasgd.allreduce.group_params as it was written before the rule moved into
+    yasgd.grouping (a frozen copy): the shared rule must give the same groups."""
+    def nbytes(p):
+        return int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
+    plist = list(params.values()) if hasattr(params, "values") else list(params)
+    backward = [p for p in reversed(plist) if p.grad_req != "null"]
+    if not backward:
+        return []
+    if num_groups > 0:
+        sizes = np.array([nbytes(p) for p in backward], dtype=np.float64)
+        bounds = np.cumsum(sizes) / sizes.sum() * num_groups
+        groups = [[] for _ in range(num_groups)]
+        for p, b in zip(backward, bounds):
+            groups[min(num_groups - 1, int(np.ceil(b - 1e-9)) - 1)].append(p)
+        return [g for g in groups if g]
+    if budget_bytes <= 0:
+        raise ValueError(f"group budget must be positive, got {budget_bytes}")
+    groups, cur, cur_bytes = [], [], 0
+    for p in backward:
+        n = nbytes(p)
+        if cur and cur_bytes + n > budget_bytes:
+            groups.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append(p)
+        cur_bytes += n
+    groups.append(cur)
+    return groups
+
+
+class _P:
+    def __init__(self, shape, dtype="float32", grad_req="write"):
+        self.shape, self.dtype, self.grad_req = shape, dtype, grad_req
+
+
+def test_group_params_uses_the_one_grouping_rule():
+    from yasgd import grouping
+    assert allreduce.DEFAULT_BUDGET_BYTES is grouping.DEFAULT_BUDGET_BYTES
+    from yasgd.config import CommCfg
+    assert CommCfg().group_budget_bytes == grouping.DEFAULT_BUDGET_BYTES
+    net = model.build("resnet50_v1.5")
+    cases = [(net.collect_params(), b, ng) for b in (1, 1 << 20, 4 << 20, 64 << 20, 1 << 40)
+             for ng in (0, 1, 3, 8, 161, 500)]
+    rng = np.random.default_rng(7)
+    for _ in range(40):   # mixed dtypes, frozen parameters, budgets around the tensor sizes
+        ps = [_P((int(rng.integers(1, 5000)),), str(rng.choice(["float16", "float32"])),
+                 str(rng.choice(["write", "write", "null"]))) for _ in range(int(rng.integers(1, 40)))]
+        cases.append((ps, int(rng.integers(1, 30000)), int(rng.choice([0, 0, 1, 2, 5]))))
+    for ps, budget, ng in cases:
+        got = allreduce.group_params(ps, budget_bytes=budget, num_groups=ng)
+        want = _group_params_before_grouping_py(ps, budget_bytes=budget, num_groups=ng)
+        assert [[id(p) for p in g] for g in got] == [[id(p) for p in g] for g in want]
+    assert allreduce.group_params([_P((4,), grad_req="null")], budget_bytes=0) == []
+    with pytest.raises(ValueError, match="budget must be positive"):
+        allreduce.group_params([_P((4,))], budget_bytes=0)
+
+
+def test_resnet50_tensors_are_the_trainable_ones_split_by_structure():
+    net, plist = model.resnet50_tensors(seed=0)
+    assert plist == model.trainable_params(net)
+    assert [id(p) for p in plist] == [id(p) for p in net.collect_params().values()
+                                      if p.grad_req != "null"]
+    assert len(plist) == 161 and sum(int(np.prod(p.shape)) for p in plist) == 25_557_032
+    lars, plain = params.split_by_structure(plist)
+    assert (len(lars), len(plain)) == (54, 107)
+    assert all(p.data().context == mx.cpu() for p in plist)

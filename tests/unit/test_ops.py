@@ -169,7 +169,7 @@ def defer(request, monkeypatch):
     broadcast_add (an MKLDNN build, weights of no guarded block), written by the operator
     (a build without MKLDNN), or written by the operator because they belong to a guarded
     block (an MKLDNN build, ops.guard_layouts: what yasgd.model.build returns)."""
-    monkeypatch.setattr(ops, "_mkldnn_built", [request.param != "in-place"])
+    monkeypatch.setattr(ops.layout, "_mkldnn_built", [request.param != "in-place"])
     monkeypatch.delenv("MXNET_MKLDNN_ENABLED", raising=False)
     monkeypatch.setitem(_WEIGHTS, "mode", "guarded" if request.param == "guarded" else "plain")
     return request.param
@@ -303,7 +303,7 @@ def test_unguarded_weights_are_deferred(monkeypatch):
     with no host synchronisation."""
     if _SKIP is not None:
         pytest.skip(_SKIP)
-    monkeypatch.setattr(ops, "_mkldnn_built", [True])
+    monkeypatch.setattr(ops.layout, "_mkldnn_built", [True])
     monkeypatch.delenv("MXNET_MKLDNN_ENABLED", raising=False)
     net = _conv_net()
     x = mx.nd.random.uniform(shape=(2, 3, 8, 8))
@@ -322,12 +322,12 @@ def test_guard_falls_back_to_deferring_when_conversion_fails(monkeypatch):
     reorder), the guard warns, stays dirty and the weights are deferred: still correct."""
     if _SKIP is not None:
         pytest.skip(_SKIP)
-    monkeypatch.setattr(ops, "_mkldnn_built", [True])
+    monkeypatch.setattr(ops.layout, "_mkldnn_built", [True])
     monkeypatch.delenv("MXNET_MKLDNN_ENABLED", raising=False)
 
     def fail(arr):
         raise mx.base.MXNetError("We can't generate TBlob for MKLDNN data (test)")
-    monkeypatch.setattr(ops, "_to_default_layout", fail)
+    monkeypatch.setattr(ops.layout, "_to_default_layout", fail)
     net = ops.guard_layouts(_conv_net())
     x = mx.nd.random.uniform(shape=(2, 3, 8, 8))
     ws, gs, want = _sgd_step(net, x)

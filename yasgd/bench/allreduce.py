@@ -2,7 +2,8 @@
 2 ranks, every way side by side, against the memory-copy bound.
 
 Tensors: the 161 gradient tensors of yasgd's ``resnet50_v1.5`` (25,557,032 floats,
-102 MB), as ``param.grad()`` arrays of an initialised model. Ways (each summed over ranks
+102 MB; ``yasgd.model.resnet50_tensors``, every trainable tensor whatever its structure),
+as ``param.grad()`` arrays of an initialised model. Ways (each summed over ranks
 in place, ``average=False``, as a trainer does):
 
     naive loop                  per tensor ``hvd.allreduce_`` then ``wait_to_read`` (each waited)
@@ -68,10 +69,7 @@ def worker(setting: str, repeats: int, warmup: int, result: str) -> None:
     comm = MPI.COMM_WORLD
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
-    net = model.build("resnet50_v1.5")
-    mx.random.seed(rank)
-    net.initialize(model.default_initializer(), ctx=mx.cpu())
-    plist = [p for p in net.collect_params().values() if p.grad_req != "null"]
+    net, plist = model.resnet50_tensors(seed=rank)   # the trainable tensors, forward order
     for p in plist:
         p.grad()[:] = mx.nd.random.uniform(0, 1e-3, shape=p.shape)
     grads = [p.grad() for p in plist]

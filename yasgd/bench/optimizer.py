@@ -23,8 +23,9 @@ through ``mx.optimizer.get_updater(opt)(indices, grads, weights)``, exactly what
     yasgd fused, MXNet operators     the same with YASGD_OPS=mxnet: multi_sum_sq, multi_lars,
                                      preloaded_multi_sgd_mom_update in chunks of 60
     yasgd per-layer                  LARS(fused=False): one norm, ratio and update per layer
-    MXNet lars, aggregation K        mx.optimizer.LARS with param_idx2name (so BN/bias get
-                                     neither LARS nor WD), momentum_correction off; the Updater
+    MXNet lars, aggregation K        mx.optimizer.LARS with param_idx2name naming each tensor
+                                     by its structure (so BN/bias get neither LARS nor WD),
+                                     momentum_correction off; the Updater
                                      hands it K tensors a call and it calls multi_sum_sq,
                                      multi_lars and preloaded_multi_sgd_mom_update per chunk.
                                      K = MXNET_OPTIMIZER_AGGREGATION_SIZE: 4 (MXNet's default),
@@ -68,23 +69,24 @@ def _mx_name(k: int) -> str:
 
 
 def _tensors():
-    """(names, weights, grads) of ResNet-50 v1.5's 161 trainable tensors."""
-    import mxnet as mx
+    """(names, weights, grads) of ResNet-50 v1.5's 161 trainable tensors, from yasgd.model
+    in forward order. MXNet's LARS tells the tensors that get LARS and WD from the others
+    by name suffix only, so each tensor is named after its structure
+    (:func:`yasgd.params.is_lars_param`: ndim >= 2 ``t<i>_weight``, else ``t<i>_bias``):
+    every arm then splits them exactly as yasgd's LARS does."""
     import numpy as np
     from yasgd import model
-    net = model.build("resnet50_v1.5", zero_init_last_gamma=False)
-    mx.random.seed(0)
-    net.initialize(model.default_initializer(), ctx=mx.cpu())
-    plist = [p for p in net.collect_params().values() if p.grad_req != "null"]
+    from yasgd.params import is_lars_param
+    _, plist = model.resnet50_tensors(seed=0, zero_init_last_gamma=False)
     rng = np.random.default_rng(0)
     names, ws, gs = [], [], []
-    for p in plist:
+    for i, p in enumerate(plist):
         w = p.data().asnumpy()
         if not w.any():          # BN beta starts at 0: give it small values
             w = rng.standard_normal(w.shape).astype("float32") * 1e-2
         g = rng.standard_normal(w.shape).astype("float32")
         g *= 0.01 * np.linalg.norm(w) / max(np.linalg.norm(g), 1e-30)
-        names.append(p.name)
+        names.append(f"t{i}_weight" if is_lars_param(w.shape) else f"t{i}_bias")
         ws.append(w)
         gs.append(g * BATCH)     # rescale_grad = 1/BATCH brings it back
     return names, ws, gs
@@ -116,6 +118,7 @@ def worker(repeats: int, warmup: int, result: str) -> None:
     import numpy as np
     from yasgd import ops
     from yasgd.optim.lars import LARS
+    from yasgd.params import is_lars_param
 
     names, ws_np, gs_np = _tensors()
     n = len(names)
@@ -190,7 +193,7 @@ def worker(repeats: int, warmup: int, result: str) -> None:
     common.say(f"  timing {len(steps)} arms, {warmup} warm-up + {repeats} timed rounds ...")
     times = common.interleaved_times(steps, repeats=repeats, warmup=warmup)
     out = {"tensors": n, "floats": int(sum(w.size for w in ws_np)),
-           "lars_tensors": int(sum(1 for w in ws_np if w.ndim >= 2)),
+           "lars_tensors": int(sum(1 for w in ws_np if is_lars_param(w.shape))),
            "library": lib_ok, "library_error": ops.library_error(),
            "default_backend": ops.backend() if hasattr(ops, "backend") else None,
            "update_rel_diff": diffs,

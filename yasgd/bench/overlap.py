@@ -1,27 +1,34 @@
 """``yasgd bench overlap`` (``make bench-overlap``): does grouped allreduce overlap backward?
 
 A 2-rank training step of yasgd's ResNet-50 v1.5 on small synthetic images (64 px,
-batch 4 per rank: the 102 MB of gradients then weigh as much as the compute, so the
-overlap is visible), yasgd's step (label-smoothing loss, LARS fused, grouped allreduce),
-timed five ways in one launch with the settings yasgd ships (jobs/common.sh):
+batch 4 per rank: at that size summing the gradients of all of ResNet-50's parameters
+over the ranks takes about as long as computing them, so the overlap is visible), on a
+run made by ``yasgd.train.build`` and stepped by ``yasgd.step.train_step``
+(label-smoothing loss, LARS fused, grouped allreduce), timed five ways in one launch
+with the settings yasgd ships (jobs/common.sh); the ways differ only in the trainer the
+step uses (yasgd.allreduce.DistributedTrainer, or a subclass changed at its
+``_allreduce_grads`` seam):
 
     overlapped (yasgd)          forward, backward (queued), ``trainer.step``: one grouped
                                 allreduce per 4 MB group, each starting as soon as backward
                                 has written its gradients -- what ``yasgd train`` does
-    waitall, then groups        the same, but ``mx.nd.waitall()`` after backward: every
-                                allreduce starts after the whole backward
-    waitall, then one allreduce the same with a single grouped allreduce of all 161
+    waitall, then groups        the same, but ``mx.nd.waitall()`` before the allreduce:
+                                every allreduce starts after the whole backward
+    waitall, then one allreduce the same with a single grouped allreduce of all the
                                 gradients (num_groups=1) after ``waitall()``
     compute only                forward, backward, LARS update; no allreduce
-    allreduce only              the 4 MB groups' allreduce of gradients already there
+    allreduce only              the 4 MB groups' allreduce of gradients already there (not a
+                                training step: ``_allreduce_grads`` of the overlapped trainer)
 
-Each step ends with ``mx.nd.waitall()``; a barrier before each; rounds interleaved;
+Groups, per-rank batch and image size in the report are read from the run that was
+timed. Each step ends with ``mx.nd.waitall()``; a barrier before each; rounds interleaved;
 the slower rank's time; medians. The overlap gained is t(waitall, then groups) -
 t(overlapped); the share of communication hidden is
 (t(compute only) + t(allreduce only) - t(overlapped)) / t(allreduce only).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import tempfile
@@ -38,70 +45,72 @@ COMPUTE = "compute only (no allreduce)"
 COMM = "allreduce only (4 MB groups)"
 
 
+def _trainers(s):
+    """The trainers of the ways that are not ``yasgd train``'s own, on the same parameters,
+    each with a fresh optimizer made as ``yasgd.train.build`` makes it."""
+    import mxnet as mx
+    from yasgd import allreduce, optim, schedule
+    cfg = s.cfg
+
+    def opt():
+        return optim.from_config(cfg.optim, *schedule.from_config(
+            cfg.optim, cfg.schedule, s.steps_per_epoch, cfg.train.epochs))
+
+    class WaitThenAllreduce(allreduce.DistributedTrainer):
+        """Waits for the whole backward before the first allreduce starts."""
+
+        def _allreduce_grads(self):
+            mx.nd.waitall()
+            super()._allreduce_grads()
+
+    class LocalOnly(allreduce.DistributedTrainer):
+        """Updates with this rank's gradients: no allreduce at all."""
+
+        def _allreduce_grads(self):
+            pass
+
+    pdict = s.net.collect_params()
+    budget = cfg.comm.group_budget_bytes
+    return {WAIT_G: WaitThenAllreduce(pdict, opt(), group_budget_bytes=budget, prefix="wg."),
+            WAIT_1: WaitThenAllreduce(pdict, opt(), num_groups=1, prefix="one."),
+            COMPUTE: LocalOnly(pdict, opt(), prefix="local.")}
+
+
+def overrides(ranks: int, image: int, batch: int) -> List[str]:
+    """The run of every way: ResNet-50 v1.5 on synthetic data, LARS, imperative."""
+    return ["run.dir=", "run.seed=0", "mlperf.enabled=false", f"model.name={MODEL}",
+            "model.classes=1000", "data.kind=synthetic", f"data.image_size={image}",
+            f"data.synthetic_samples={ranks * batch * 10000}",
+            f"train.global_batch={ranks * batch}",
+            "train.epochs=1", "train.hybridize=false", "train.label_smoothing=0.1",
+            "train.progress=false", "optim.name=lars", "optim.lr=0.01", "optim.momentum=0.9",
+            "optim.wd=5e-5", "optim.eta=0.001", "optim.epsilon=1e-9", "optim.fused=true",
+            "schedule.warmup_epochs=0", "schedule.power=1", "schedule.end_lr=0.01",   # constant
+            "comm.check_init=false", f"comm.group_budget_bytes={BUDGET_MB << 20}"]
+
+
 def worker(repeats: int, warmup: int, result: str, image: int, batch: int) -> None:
     from mpi4py import MPI
-    import mxnet as mx
-    import horovod.mxnet as hvd
-    from mxnet import autograd
-    from yasgd import allreduce, dist, init, model, ops, params
-    from yasgd.loss import LabelSmoothingCE
-    from yasgd.optim.lars import LARS
+    from yasgd import dist, ops
+    from yasgd.bench import runs
 
     comm = MPI.COMM_WORLD
     world = dist.world(force_horovod=True)
-    net = model.build(MODEL, classes=1000)
-    init.parallel_initialize(net, seed=0, ctx=mx.cpu(), check=False, world=world)
-    _, plain = params.split_by_structure(net.collect_params().values())
-    for p in plain:
-        p.wd_mult = 0.0
-    pdict = net.collect_params()
-
-    def lars():
-        return LARS(learning_rate=0.01, momentum=0.9, wd=5e-5, eta=0.001, epsilon=1e-9)
-
-    grouped = allreduce.DistributedTrainer(pdict, lars(), group_budget_bytes=BUDGET_MB << 20,
-                                           prefix="g.")
-    single = allreduce.DistributedTrainer(pdict, lars(), num_groups=1, prefix="one.")
-    local = allreduce.DistributedTrainer(pdict, lars(), prefix="local.")
-    local._allreduce_grads = lambda: None
-    loss_fn = LabelSmoothingCE(0.1)
-    mx.random.seed(world.rank)
-    x = mx.nd.random.uniform(-1, 1, shape=(batch, 3, image, image))
-    y = mx.nd.array([(i * 37 + world.rank) % 1000 for i in range(batch)])
-
-    def fwd_bwd():
-        with autograd.record():
-            loss = loss_fn(net(x), y)
-        loss.backward()
-
-    def overlapped():
-        fwd_bwd()
-        grouped.step(batch)
-
-    def wait_groups():
-        fwd_bwd()
-        mx.nd.waitall()
-        grouped.step(batch)
-
-    def wait_one():
-        fwd_bwd()
-        mx.nd.waitall()
-        single.step(batch)
-
-    def compute_only():
-        fwd_bwd()
-        local.step(batch)
-
-    fns = {OVER: overlapped, WAIT_G: wait_groups, WAIT_1: wait_one, COMPUTE: compute_only,
-           COMM: grouped._allreduce_grads}
+    s = runs.build_run(overrides(world.size, image, batch), world)
+    ways = {OVER: runs.train_arm(s)}
+    ways.update({k: runs.train_arm(dataclasses.replace(s, trainer=t))
+                 for k, t in _trainers(s).items()})
+    fns = dict(ways, **{COMM: s.trainer._allreduce_grads})
     times = common.interleaved_times(fns, repeats=repeats, warmup=warmup, before=comm.Barrier)
     out = common.slowest_rank_ms(comm, times, digits=2)   # the slower rank's time per round
     if out is not None:
+        facts = {k: arm.facts() for k, arm in ways.items()}
+        ran = facts[OVER]
         common.write_json(result, {
-            "size": world.size, "groups": len(grouped.groups), "image": image, "batch": batch,
-            "ops_backend": ops.backend(),
+            "size": ran["ranks"], "groups": ran["groups"], "image": ran["input_shape"][-1],
+            "batch": ran["per_rank_batch"], "ops_backend": ops.backend(),
             "horovod_env": common.env_subset(os.environ, ("HOROVOD_",)),
-            "times": out})
+            "times": out, "runs": facts, "repeats": repeats, "warmup": warmup})
     comm.Barrier()
 
 
@@ -169,7 +178,8 @@ def report(res: dict, out_dir: str, quick: bool, repeats: int, warmup: int,
 
 
 def main(argv: List[str] = None) -> int:
-    return common.bench_main("python -m yasgd.bench.overlap", run, worker, argv, repeats=15, warmup=2, image=IMAGE, batch=BATCH)
+    return common.bench_main("python -m yasgd.bench.overlap", run, worker, argv, repeats=15,
+                             warmup=2, image=IMAGE, batch=BATCH)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
 
 Training loaders give every rank the same number of full batches. Validation
 loaders give each rank a disjoint shard whose union is the whole set exactly
-once (the last batch may be short).
+once (the last batch may be short). Both rules, and the per-epoch permutation, are
+:mod:`yasgd.data.sampler`'s, shared by every loader.
 """
 from __future__ import annotations
 

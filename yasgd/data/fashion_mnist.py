@@ -16,6 +16,7 @@ from typing import Iterator, Tuple
 import numpy as np
 
 from yasgd import UsageError
+from yasgd.data.sampler import EpochSampler, val_shard
 
 FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
          "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
@@ -67,15 +68,27 @@ def load(root: str, split: str) -> Tuple[np.ndarray, np.ndarray]:
     return images, labels.astype(np.float32)
 
 
+#: The epoch streams of this loader, kept from before the shared sampler so that the
+#: demo's sample order stays what it was: the permutation of epoch e is seeded by
+#: ``seed + EPOCH_SEED_STRIDE * (e + 1)`` (a large prime stride keeps nearby seeds'
+#: epochs apart).
+EPOCH_SEED_STRIDE = 1000003
+
+
+def _slice(r: range) -> slice:
+    return slice(r.start, r.stop)
+
+
 class ArrayLoader:
     """Batches from in-memory uint8 images (N, H, W); see yasgd.data.Loader.
 
-    Training: every epoch one permutation (seed + epoch, the same on every rank);
-    rank r takes the r-th of ``size`` equal contiguous slices of it, so the
-    ranks' samples are disjoint; the remainder (fewer than size x batch samples)
-    is left out of that epoch only and differs from epoch to epoch.
-    Evaluation: rank r takes the r-th of ``size`` nearly equal slices of the
-    samples in order; their union is the whole set exactly once.
+    Sharding is :mod:`yasgd.data.sampler`'s. Training: every epoch one permutation (the
+    same on every rank, seeded by seed and epoch, :data:`EPOCH_SEED_STRIDE`); rank r takes
+    the r-th of ``size`` equal contiguous slices of it, so the ranks' samples are
+    disjoint; the remainder (fewer than size x batch samples) is left out of that epoch
+    only and differs from epoch to epoch. Evaluation: rank r takes the r-th of ``size``
+    nearly equal slices of the samples in order (the larger ones first); their union is
+    the whole set exactly once.
     """
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, batch_size: int, ctx, rank: int,
@@ -91,11 +104,13 @@ class ArrayLoader:
         self.epoch, self.polish = 0, False
         n = len(images)
         if train:
-            self.per_rank = (n // size) // batch_size * batch_size
+            self.sampler = EpochSampler(n, rank, size, batch_size, seed,
+                                        seed_stride=EPOCH_SEED_STRIDE, seed_offset=1)
+            self.per_rank = self.sampler.per_rank
             if self.per_rank == 0:
                 raise UsageError(f"{n} training samples cannot give {size} ranks a batch of {batch_size}")
         else:
-            self.shard = np.array_split(np.arange(n), size)[rank]
+            self.shard = np.arange(n)[_slice(val_shard(n, rank, size, larger_first=True))]
 
     def __len__(self) -> int:
         if self.train:
@@ -109,8 +124,7 @@ class ArrayLoader:
         """The sample indices this rank reads this epoch, in order."""
         if not self.train:
             return self.shard
-        perm = np.random.RandomState(self.seed + 1000003 * (self.epoch + 1)).permutation(len(self.images))
-        return perm[self.rank * self.per_rank:(self.rank + 1) * self.per_rank]
+        return self.sampler.indices(self.epoch)
 
     def _augment(self, idx: np.ndarray, rng: np.random.RandomState) -> np.ndarray:
         h, w = self.hw

@@ -1,19 +1,19 @@
 """ImageNet from RecordIO: rank-sharded, augmented training batches and the val loader.
 
 ``data.root`` is a folder written by ``yasgd data im2rec`` (or MXNet's im2rec):
-``train.rec/.idx``, ``val.rec/.idx`` and ``classes.txt``.
+``train.rec/.idx``, ``val.rec/.idx`` and ``classes.txt``, read by
+:mod:`yasgd.data.recordfile`.
 
 Training (``RecordTrainLoader``)
-    Sharding: at ``set_epoch(e)`` every rank draws the same permutation of the N
-    training records, ``RandomState(seed + e).permutation(N)``. Its first
-    ``size * B * (N // (size * B))`` positions are cut into ``size`` consecutive
-    parts and rank r reads part r, so the ranks' samples are disjoint and every
-    rank yields the same number of full batches, ``N // (size * B)``. The
-    remainder - the last ``N mod (size * B)`` positions of the permutation - is
-    skipped for that epoch only: a different random handful each epoch, never
-    the same images (at ImageNet scale with batch 81,920 on 2,048 ranks that is
-    52,367 of 1,281,167 images, 4 % per epoch). When ``size * B`` divides N the
-    ranks together read the whole set exactly once per epoch.
+    Sharding: :class:`yasgd.data.sampler.EpochSampler`: at ``set_epoch(e)`` every rank
+    draws the same permutation of the N training records, ``RandomState(seed +
+    e).permutation(N)``, and rank r reads the r-th of ``size`` consecutive parts of its
+    first ``size * B * (N // (size * B))`` positions: disjoint samples, the same number
+    of full batches on every rank, ``N // (size * B)``. The remainder - the last
+    ``N mod (size * B)`` positions of the permutation - is skipped for that epoch only:
+    a different random handful each epoch, never the same images (at ImageNet scale with
+    batch 81,920 that is 52,367 of 1,281,167 images, 4 % per epoch). When ``size * B`` divides N the ranks together
+    read the whole set exactly once per epoch.
     Augmentation: random-resized crop (area fraction uniform in ``[min_area, 1]``,
     aspect ratio log-uniform in ``[3/4, 4/3]``, 10 tries, else the centre crop
     with the aspect clamped into that range), bilinear resize to
@@ -29,39 +29,24 @@ Training (``RecordTrainLoader``)
 Validation (``RecordValLoader``)
     Shorter side resized to ``val_resize``, centre crop ``image_size`` (cut from
     the source image and resized once, which is the same box). Rank r reads the
-    records ``[r * N // size, (r + 1) * N // size)``: disjoint shards that cover
-    the set exactly once; the last batch of a rank may be short, and ranks may
-    differ by one batch (sum metrics locally, reduce once at the end).
+    records ``[r * N // size, (r + 1) * N // size)`` (:func:`yasgd.data.sampler.val_shard`):
+    disjoint shards that cover the set exactly once; the last batch of a rank may be
+    short, and ranks may differ by one batch (sum metrics locally, reduce once at the end).
 
 Both yield ``(data, label)``: data NCHW float32 normalised with the ImageNet
 mean (0.485, 0.456, 0.406) and std (0.229, 0.224, 0.225) of RGB in [0, 1], label
 float32 (B,), on the loader's context; with ``with_ids=True`` a third element,
 the records' ``.idx`` keys (a host int64 array), for tests.
 
-Implementation, chosen by measurement (``yasgd bench data``, the numbers below):
-records are read with ``os.pread`` on one shared descriptor (thread-safe, no
-seek), then decoded, cropped, resized, mirrored and normalised with OpenCV (every
-call releases the GIL) by ``data.threads`` threads, ``prefetch`` batches ahead,
-straight into a fresh host float32 NCHW batch, which becomes an NDArray without a
-copy (``mx.nd.from_numpy(zero_copy=True)``; copied once to a GPU context).
-``data.threads = 0`` decodes in the calling thread.
-
-    ``yasgd bench data --quick``: decode + random-resized crop 224 px + flip + normalise
-    to NCHW float32, batch 32, 500 JPEGs (Fashion-MNIST rendered to RGB, 64-160 px),
-    median of 3 passes after a warm-up pass, all loaders in one run; 2-core Intel Xeon
-    VM shared with other jobs (load ~2.2), MXNet 1.9.1 (CPU), OpenCV 4.11.0, OMP=1:
-
-        this loader (cv2 + 2 threads)                       5104 images/s
-        this loader, 1 thread                               3040 images/s
-        mx.io.ImageRecordIter (asked for 2 threads,         2053 images/s
-          decodes with 1 in this build: apache/mxnet#8431)
-        gluon ImageRecordDataset + DataLoader (2 workers)    817 images/s
-        gluon ImageFolderDataset + DataLoader (2 threads)    586 images/s
-
-    A first version that normalised on the MXNet side (uint8 batch, then
-    ``nd.image.to_tensor`` + ``normalize``) ran at 470 images/s: those two ops
-    cost 1.2 ms per 224 px image on one OpenMP thread, so normalisation now happens
-    in the decode threads, one ``cv2.addWeighted`` per colour plane.
+Implementation, chosen by measurement (``yasgd bench data`` compares it with MXNet's
+``ImageRecordIter`` and Gluon's datasets in one run): records are read with ``os.pread``
+on one shared descriptor (thread-safe, no seek), then decoded, cropped, resized, mirrored
+and normalised with OpenCV (every call releases the GIL) by ``data.threads`` threads,
+``prefetch`` batches ahead, straight into a fresh host float32 NCHW batch, which becomes
+an NDArray without a copy (``mx.nd.from_numpy(zero_copy=True)``; copied once to a GPU
+context). ``data.threads = 0`` decodes in the calling thread. Normalisation happens in the
+decode threads, one ``cv2.addWeighted`` per colour plane: MXNet's ``nd.image.to_tensor`` +
+``normalize`` on a uint8 batch were much slower on one OpenMP thread.
 
 ``mx.io.ImageRecordIter`` was the strongest alternative, but besides speed it
 cannot meet the sharding contract: with ``num_parts``/``part_index`` each rank
@@ -70,247 +55,30 @@ it), augmentation cannot be switched without rebuilding the iterator, and it
 fills the last batch up with other images (with ``round_batch=False`` it even
 reports no padding).
 
-``check`` finds a missing or unreadable file, a truncated ``.rec``, an ``.idx``
-that is no usable index (binary or non-numeric line, negative or duplicate key,
-two keys at one offset, an offset past the end of the ``.rec``; :func:`read_idx`
-names the line) or does not belong to the ``.rec``, a corrupted record among a
-sample of 33, and a ``classes.txt`` that does not match the labels; the loaders
-raise the same clear error (file and record index) on any corrupted record they
-meet, and ``yasgd data verify PREFIX`` checks every record (``yasgd.data.im2rec``).
+``check`` finds what :mod:`yasgd.data.recordfile` rejects (missing, unreadable or
+truncated files, an unusable ``.idx`` or one of another ``.rec``), a corrupted record
+among a sample of 33, and a ``classes.txt`` that does not match the labels; the loaders
+raise the same clear error (file and record index) on any corrupted record they meet,
+and ``yasgd data verify PREFIX`` checks every record (:mod:`yasgd.data.verify`).
 """
 from __future__ import annotations
 
 import math
 import os
-import re
-import struct
 from collections import deque
-from typing import List, Tuple
+from typing import Tuple
 
 import numpy as np
 
 from yasgd import UsageError
+from yasgd.data.recordfile import (  # noqa: F401 -- re-exported: the loaders' file layer
+    _MAGIC_BYTES, MAGIC, RecordFile, RecordIOError, read_classes, read_idx)
+from yasgd.data.sampler import EpochSampler, val_shard
 
-MAGIC = 0xCED7230A
-_MAGIC_BYTES = struct.pack("<I", MAGIC)
-_HEADER = struct.Struct("IfQQ")     # mx.recordio.IRHeader: flag, label, id, id2
 MEAN_RGB = (0.485, 0.456, 0.406)
 STD_RGB = (0.229, 0.224, 0.225)
 ASPECT = (3.0 / 4.0, 4.0 / 3.0)
 CROP_TRIES = 10
-
-
-class RecordIOError(UsageError):
-    """A missing, truncated or corrupted RecordIO file (names the file and the record)."""
-
-
-def read_classes(path: str) -> List[str]:
-    """The class names of ``classes.txt`` ("<index>\\t<name>" lines, index 0, 1, ...)."""
-    if not os.path.isfile(path):
-        raise RecordIOError(f"{path}: missing (class index file written by `yasgd data im2rec`)")
-    names = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) != 2 or not parts[0].strip().isdigit() or int(parts[0]) != len(names):
-                raise RecordIOError(f"{path}: line {n} is not '{len(names)}<TAB><class name>': "
-                                    f"{line.strip()[:60]!r}")
-            names.append(parts[1])
-    if not names:
-        raise RecordIOError(f"{path}: lists no classes")
-    return names
-
-
-# The start of a line that is not "<key>\t<offset>" as MXNet writes it (at most 18 digits
-# each, so int64 holds them); a lookahead per line start, so linear in the file size.
-_IDX_BAD_LINE = re.compile(rb"^(?![0-9]{1,18}[ \t]+[0-9]{1,18}[ \t\r]*$)(?:.|\n)", re.M)
-_INT = re.compile(rb"-?[0-9]+")
-_BINARY = re.compile(rb"[^\t\r\x20-\x7e]")
-_INT64_MAX = (1 << 63) - 1
-
-
-def read_idx(idx_path: str, rec_path: str, rec_size: int) -> Tuple[np.ndarray, np.ndarray,
-                                                                   np.ndarray]:
-    """(keys, offsets, line numbers) of an ``.idx``; RecordIOError naming the line if unusable.
-
-    Rejects binary or non-numeric lines, negative numbers, duplicate keys, two keys at
-    one offset and offsets past the end of ``rec_path`` (``rec_size`` bytes). Offsets
-    need not increase: MXNet's format does not require it and :class:`RecordFile`
-    finds each record's end from the sorted offsets. Blank lines are skipped.
-    """
-    try:
-        with open(idx_path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise RecordIOError(f"{idx_path}: cannot read: {e.strerror}") from None
-    if not _IDX_BAD_LINE.search(data):  # the common case, vectorised: record i on line i + 1
-        tokens = data.split()
-        keys = np.array(tokens[0::2], dtype=np.int64)
-        offsets = np.array(tokens[1::2], dtype=np.int64)
-        lines = np.arange(1, keys.size + 1)
-    else:
-        keys, offsets, lines = _read_idx_lines(idx_path, data)
-    if keys.size == 0:
-        raise RecordIOError(f"{idx_path}: holds no records")
-    for values, what in ((keys, "give key"), (offsets, "put a record at byte")):
-        if (np.diff(values) > 0).all():  # increasing, as im2rec writes them: no duplicate
-            continue
-        order = np.argsort(values, kind="stable")
-        same = np.flatnonzero(values[order][1:] == values[order][:-1])
-        if same.size:
-            a, b = sorted(int(lines[order[j]]) for j in (same[0], same[0] + 1))
-            raise RecordIOError(f"{idx_path}: lines {a} and {b} both {what} "
-                                f"{values[order[same[0]]]} (corrupted index)")
-    beyond = np.flatnonzero(offsets > rec_size - 8)
-    if beyond.size:
-        i = int(beyond[0])
-        raise RecordIOError(
-            f"{rec_path}: truncated: {idx_path} line {lines[i]} puts record {i} (key {keys[i]}) "
-            f"at byte {offsets[i]} but the file has only {rec_size} bytes "
-            f"({beyond.size} records lost; an incomplete copy, or an .idx of another file?)")
-    return keys, offsets, lines
-
-
-def _read_idx_lines(idx_path: str, data: bytes) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`read_idx` line by line, for an index the fast pattern rejects: finds the bad line."""
-    keys, offsets, lines = [], [], []
-    for n, raw in enumerate(data.split(b"\n"), 1):
-        parts = raw.split()
-        if not parts:
-            continue
-        shown = raw.strip()[:60]
-        if _BINARY.search(raw):
-            raise RecordIOError(f"{idx_path}: line {n} is binary, not '<key><TAB><offset>': "
-                                f"{shown!r} (corrupted index, or not an .idx file)")
-        values = [int(p) if _INT.fullmatch(p) else None for p in parts]
-        if len(values) == 2 and None not in values:
-            for v, what in zip(values, ("key", "offset")):
-                if v < 0:
-                    raise RecordIOError(f"{idx_path}: line {n}: negative {what} {v} "
-                                        "(corrupted index)")
-                if v > _INT64_MAX:
-                    raise RecordIOError(f"{idx_path}: line {n}: {what} {v} is out of range "
-                                        "(corrupted index)")
-            keys.append(values[0])
-            offsets.append(values[1])
-            lines.append(n)
-            continue
-        raise RecordIOError(f"{idx_path}: line {n} is not '<key><TAB><offset>': "
-                            f"{shown.decode('ascii')!r} (corrupted index)")
-    return (np.array(keys, dtype=np.int64), np.array(offsets, dtype=np.int64),
-            np.array(lines, dtype=np.int64))
-
-
-class RecordFile:
-    """Random access to the records of ``prefix.rec`` through ``prefix.idx``, thread-safe.
-
-    Handles MXNet's multi-part records (a payload containing the RecordIO magic
-    at a 4-byte boundary is split by the writer and joined here).
-    """
-
-    def __init__(self, prefix: str):
-        self.rec_path, self.idx_path = prefix + ".rec", prefix + ".idx"
-        if not os.path.isfile(self.rec_path):
-            raise RecordIOError(f"{self.rec_path}: missing (make it with `yasgd data im2rec`)")
-        if not os.path.isfile(self.idx_path):
-            raise RecordIOError(f"{self.idx_path}: missing: the index of {self.rec_path} is "
-                                "needed for random access (`yasgd data im2rec` writes both)")
-        self.size = os.path.getsize(self.rec_path)
-        self.keys, self.offsets, self.lines = read_idx(self.idx_path, self.rec_path, self.size)
-        order = np.argsort(self.offsets, kind="stable")
-        ends = np.empty_like(self.offsets)
-        ends[order] = np.append(self.offsets[order][1:], self.size)
-        self.ends = ends
-        try:
-            self.fd = os.open(self.rec_path, os.O_RDONLY)
-        except OSError as e:
-            raise RecordIOError(f"{self.rec_path}: cannot read: {e.strerror}") from None
-
-    def __len__(self) -> int:
-        return int(self.keys.size)
-
-    def __del__(self):
-        fd = getattr(self, "fd", None)
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    def _where(self, i: int) -> str:
-        return f"{self.rec_path}: record {i} (key {self.keys[i]}, byte {self.offsets[i]})"
-
-    def read(self, i: int) -> Tuple[float, int, bytes]:
-        """(label, header id, payload) of record number ``i`` (position in the .idx)."""
-        return self.unpack(i, self.read_record(i))
-
-    def read_record(self, i: int) -> bytes:
-        """The bytes of record number ``i`` (IRHeader + payload), framing checked and removed."""
-        off, end = int(self.offsets[i]), int(self.ends[i])
-        buf = os.pread(self.fd, end - off, off)
-        pos, parts = 0, []
-        while True:
-            if pos + 8 > len(buf):
-                raise self._short(i, off + pos + 8)
-            magic, lrec = struct.unpack_from("<II", buf, pos)
-            if magic != MAGIC:
-                raise RecordIOError(f"{self._where(i)} is corrupted: no RecordIO magic at byte "
-                                    f"{off + pos} (or {self.idx_path} does not belong to this file)")
-            cflag, length = lrec >> 29, lrec & ((1 << 29) - 1)
-            pos += 8
-            if pos + length > len(buf):
-                raise self._short(i, off + pos + length)
-            parts.append(buf[pos:pos + length])
-            pos += (length + 3) & ~3
-            if cflag == 0 and len(parts) == 1 or cflag == 3 and len(parts) > 1:
-                break
-            if cflag in (1, 2) and (cflag == 1) == (len(parts) == 1):
-                parts.append(_MAGIC_BYTES)
-                continue
-            raise RecordIOError(f"{self._where(i)} is corrupted: bad continuation flag {cflag}")
-        return b"".join(parts) if len(parts) > 1 else parts[0]
-
-    def unpack(self, i: int, record: bytes) -> Tuple[float, int, bytes]:
-        """(label, header id, payload) of the bytes :meth:`read_record` returned for ``i``."""
-        if len(record) < _HEADER.size:
-            raise RecordIOError(f"{self._where(i)} is corrupted: {len(record)} bytes, shorter than "
-                                "the image record header")
-        flag, label, rid, _ = _HEADER.unpack_from(record, 0)
-        start = _HEADER.size
-        if flag > 0:  # a label vector follows the header; the class is its first entry
-            if start + 4 * flag > len(record):
-                raise RecordIOError(f"{self._where(i)} is corrupted: label vector of {flag} "
-                                    "floats runs past the record")
-            label = struct.unpack_from("f", record, start)[0]
-            start += 4 * flag
-        return float(label), int(rid), record[start:]
-
-    def read_header(self, i: int) -> Tuple[float, int]:
-        """(label, header id) of record ``i`` from its first 32 bytes: framing, length, header.
-
-        A record that is not the plain case (one part, scalar label) is read in full.
-        """
-        off, end = int(self.offsets[i]), int(self.ends[i])
-        head = os.pread(self.fd, min(end - off, 8 + _HEADER.size), off)
-        if len(head) == 8 + _HEADER.size:
-            magic, lrec = struct.unpack_from("<II", head, 0)
-            length = lrec & ((1 << 29) - 1)
-            if magic == MAGIC and lrec >> 29 == 0 and _HEADER.size <= length <= end - off - 8:
-                flag, label, rid, _ = _HEADER.unpack_from(head, 8)
-                if flag == 0:
-                    return float(label), int(rid)
-        label, rid, _ = self.read(i)  # raises the precise error, or handles the rare layouts
-        return label, rid
-
-    def _short(self, i: int, needed_end: int) -> RecordIOError:
-        if int(self.ends[i]) >= self.size:
-            return RecordIOError(f"{self.rec_path}: truncated: {self._where(i).split(': ', 1)[1]} "
-                                 f"needs bytes up to {needed_end} but the file ends at "
-                                 f"{self.size} (an incomplete copy?)")
-        return RecordIOError(f"{self._where(i)} is corrupted: its length field runs into the "
-                             f"next record (or {self.idx_path} does not belong to this file)")
 
 
 # -- per-image transforms (run in decode threads; OpenCV releases the GIL) ------------
@@ -476,7 +244,9 @@ class RecordTrainLoader(_Base):
         n = len(self.rf)
         self.records = np.arange(n) if not limit or limit >= n else (np.arange(limit) * n) // limit
         self.num_samples = int(self.records.size)
-        self.batches = self.num_samples // (self.size * self.batch_size)
+        self.sampler = EpochSampler(self.num_samples, self.rank, self.size, self.batch_size,
+                                    self.seed)
+        self.batches = self.sampler.batches
         if self.batches == 0:
             raise UsageError(f"{self.rf.rec_path}: {self.num_samples} training records are fewer "
                              f"than one batch on every rank ({self.size} ranks x {self.batch_size})")
@@ -489,20 +259,18 @@ class RecordTrainLoader(_Base):
     @property
     def samples_per_epoch(self) -> int:
         """Records read per epoch by all ranks together (the rest are skipped this epoch)."""
-        return self.batches * self.batch_size * self.size
+        return self.sampler.samples_per_epoch
 
     def set_epoch(self, epoch: int, polish: bool = False) -> None:
         self.epoch, self.polish = int(epoch), bool(polish)
 
     def permutation(self) -> np.ndarray:
         """This epoch's permutation of record positions (identical on every rank)."""
-        return np.random.RandomState(self.seed + self.epoch).permutation(self.num_samples)
+        return self.sampler.permutation(self.epoch)
 
     def indices(self) -> np.ndarray:
         """Record positions (into the .idx) this rank reads this epoch, in order."""
-        per_rank = self.batches * self.batch_size
-        perm = self.permutation()
-        return self.records[perm[self.rank * per_rank:(self.rank + 1) * per_rank]]
+        return self.records[self.sampler.indices(self.epoch)]
 
     def _params(self, batch_no: int, n: int):
         rng = np.random.default_rng([self.seed, self.epoch, self.rank, batch_no])
@@ -530,7 +298,8 @@ class RecordValLoader(_Base):
         self.val_resize = int(val_resize)
         n = len(self.rf)
         self.rank, self.size = int(rank), int(size)
-        self.lo, self.hi = rank * n // size, (rank + 1) * n // size
+        shard = val_shard(n, rank, size)
+        self.lo, self.hi = shard.start, shard.stop
         self.num_samples = self.hi - self.lo
 
     def __len__(self) -> int:

@@ -7,15 +7,17 @@ nothing and a run measures the model and the communication only (Horovod's and
 NVIDIA's ``--synthetic`` / ``--benchmark`` modes do the same).
 
 ``data.synthetic_samples`` is the size of the (pretend) data set, shared by all
-ranks like a real one: an epoch is ``synthetic_samples // (size * B)`` batches on
-every rank. The validation loader shards the same number of samples over the
-ranks exactly once (``[r * N // size, (r + 1) * N // size)``, last batch short).
+ranks like a real one, with the counts of :mod:`yasgd.data.sampler`: an epoch is
+``synthetic_samples // (size * B)`` batches on every rank, and the validation loader
+shards the same number of samples over the ranks exactly once
+(``[r * N // size, (r + 1) * N // size)``, last batch short).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from yasgd import UsageError
+from yasgd.data.sampler import EpochSampler, val_shard
 
 
 class _Synthetic:
@@ -48,12 +50,12 @@ class _Synthetic:
 
 def build(data_cfg, rank: int, size: int, batch_size: int, ctx, seed: int, num_classes: int):
     n = int(data_cfg.synthetic_samples)
-    batches = n // (size * batch_size)
+    batches = len(EpochSampler(n, rank, size, batch_size, seed))   # the count, not the order
     if batches == 0:
         raise UsageError(f"data.synthetic_samples ({n}) is less than one batch on every rank "
                          f"({size} ranks x {batch_size})")
     train = _Synthetic(batch_size, ctx, data_cfg.image_size, num_classes, seed, batches)
-    shard = (rank + 1) * n // size - rank * n // size
+    shard = len(val_shard(n, rank, size))
     val_batches = -(-shard // batch_size)
     last = shard % batch_size
     val = _Synthetic(batch_size, ctx, data_cfg.image_size, num_classes, seed + 1, val_batches, last)

@@ -39,9 +39,8 @@ import subprocess
 import sys
 import tempfile
 
-from yasgd.ops import LIBRARY  # noqa: E402 -- one definition of the library's path
+from yasgd.ops.paths import LIBRARY, SOURCE  # noqa: E402 -- one definition of both paths
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "yasgd_ops.cc")
 CXX_FLAGS = ["-shared", "-fPIC", "-std=c++11", "-O3", "-fopenmp", "-ffp-contract=off",
              "-Wl,-Bsymbolic"]
 #: lib_api.cc's C entry points: ``MX_INT_RET _opRegSize() {`` etc.

@@ -1,0 +1,55 @@
+"""What users see first: ``yasgd --help``, and ``yasgd launch`` beside ``python -m
+yasgd.launch`` (one code path, yasgd.launch.main) with one-line argument errors."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
+LAUNCHERS = {"yasgd launch": [YASGD, "launch"],
+             "python -m yasgd.launch": [sys.executable, "-m", "yasgd.launch"]}
+
+
+def _run(*cmd):
+    p = subprocess.run(list(cmd), capture_output=True, text=True, cwd=ROOT, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_help_speaks_to_users():
+    rc, out, err = _run(YASGD, "--help")
+    assert rc == 0 and err == ""
+    assert "The only argparse" not in out                   # no internal docstring
+    assert out.startswith("usage: yasgd ")
+    assert "yasgd trains ResNet-50 at large mini-batches with LARS" in out
+    for command in ("train", "check-config", "launch", "data", "jobs", "simulate", "bench",
+                    "provenance"):
+        assert f"\n    {command}" in out, command
+    assert "yasgd launch -np N [--timeout S] [--gloo] ... -- COMMAND" in " ".join(out.split())
+    assert "README.md" in out and "docs/" in out            # the epilog points further
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_launch_help_is_the_launchers(name):
+    rc, out, err = _run(*LAUNCHERS[name], "--help")
+    assert rc == 0 and err == ""
+    assert out.startswith(f"usage: {name} -np N [--timeout S] [--gloo]")
+    assert "--no-tuning-defaults" in out and "-- COMMAND" in out
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+@pytest.mark.parametrize("args,message", [
+    (["-np", "0", "--", "true"], "argument -np: must be an integer >= 1, got '0'"),
+    (["-np", "two", "--", "true"], "argument -np: must be an integer >= 1, got 'two'"),
+    (["--timeout", "-5", "--", "true"], "argument --timeout: must be a finite number of seconds"),
+    (["--timeout", "nan", "--", "true"], "argument --timeout: must be a finite number of seconds"),
+    (["--grace", "-1", "--", "true"], "argument --grace: must be an integer number of seconds"),
+    (["-np", "2"], "no command given"),
+    (["--frob", "--", "true"], "unrecognized arguments: --frob"),
+])
+def test_launch_argument_errors_are_one_line(name, args, message):
+    rc, out, err = _run(*LAUNCHERS[name], *args)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("yasgd: error: launch: "), err
+    assert message in err and f"(see {name} --help)" in err

@@ -1,0 +1,149 @@
+"""What a benchmark writes: Markdown tables, acceptance lines, JSON, the report pair
+``bench_<name>.json`` / ``bench_<name>.md`` and PNG bar charts.
+
+:func:`write_results` writes the records, the setup, the notes, the acceptance lines and
+the machine (:func:`yasgd.bench.machine.hardware`) into both files;
+:mod:`yasgd.bench.summary` collects them into ``SUMMARY.md``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from yasgd.bench.machine import hardware, hardware_line
+
+
+def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]],
+             align: Optional[str] = None) -> str:
+    """A Markdown table; ``align`` one letter per column: l (left) or r (right)."""
+    align = align or ("l" + "r" * (len(headers) - 1))
+    out = ["| " + " | ".join(headers) + " |",
+           "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+    for row in rows:
+        out.append("| " + " | ".join("" if c is None else str(c) for c in row) + " |")
+    return "\n".join(out)
+
+
+def fmt(x: Optional[float], digits: int = 1) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:,.{digits}f}"
+
+
+def acceptance(criterion: str, value: Optional[float], threshold: float,
+               higher_is_better: bool = True, unit: str = "x") -> Dict[str, object]:
+    """One acceptance line: ``value`` against ``threshold`` (met or not, never hidden)."""
+    met = None if value is None else (value >= threshold if higher_is_better else value <= threshold)
+    return {"criterion": criterion, "value": None if value is None else round(value, 3),
+            "threshold": threshold, "unit": unit, "met": met}
+
+
+def acceptance_value(a: Dict[str, object]) -> str:
+    """Two decimals, three when the verdict hinges on the third."""
+    v, t = float(a["value"]), float(a.get("threshold") or 0)
+    return f"{v:.3f}" if abs(v - t) < 0.01 else f"{v:.2f}"
+
+
+def acceptance_table(lines: Sequence[Dict[str, object]]) -> str:
+    rows = []
+    for a in lines:
+        val = "n/a" if a["value"] is None else f"{acceptance_value(a)}{a.get('unit', '')}"
+        met = {True: "met", False: "**not met**", None: "n/a"}[a["met"]]
+        rows.append([a["criterion"], val, met])
+    return md_table(["acceptance", "measured", "verdict"], rows, "lrl")
+
+
+def write_results(out_dir: str, name: str, records: List[Dict[str, object]],
+                  markdown_table: str, notes: Sequence[str] = (), title: Optional[str] = None,
+                  setup: Optional[Dict[str, object]] = None, quick: bool = False,
+                  hw: Optional[Dict[str, object]] = None,
+                  acceptance_lines: Sequence[Dict[str, object]] = (),
+                  plots: Sequence[str] = (), extra: Optional[Dict[str, object]] = None,
+                  intro: str = "") -> Dict[str, str]:
+    """Write ``bench_<name>.json`` and ``bench_<name>.md`` into ``out_dir``.
+
+    records: one dict per measured row (the JSON's "records"); markdown_table: the
+    table as text; notes: sentences under the table; plots: PNG paths (linked, relative
+    to out_dir). Returns {"json": path, "md": path}.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    hw = dict(hw or hardware())
+    hw["load_avg_1min_end"] = round(os.getloadavg()[0], 2)
+    title = title or f"yasgd bench {name}"
+    report = {"bench": name, "title": title, "quick": bool(quick), "hardware": hw,
+              "setup": setup or {}, "records": records, "notes": list(notes),
+              "acceptance": list(acceptance_lines),
+              "plots": [os.path.basename(p) for p in plots]}
+    if extra:
+        report.update(extra)
+    jpath = os.path.join(out_dir, f"bench_{name}.json")
+    with open(jpath, "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    lines = [f"# {title}", ""]
+    if quick:
+        lines += ["> **--quick smoke run**: few repetitions, numbers are noisy; not for quoting "
+                  "as results.", ""]
+    if intro:
+        lines += [intro, ""]
+    lines += [markdown_table, ""]
+    if acceptance_lines:
+        lines += [acceptance_table(acceptance_lines), ""]
+    for n in notes:
+        lines += [f"- {n}"]
+    if notes:
+        lines.append("")
+    lines += [hardware_line(hw), ""]
+    for p in plots:
+        base = os.path.basename(p)
+        lines += [f"![{base}]({base})", ""]
+    mpath = os.path.join(out_dir, f"bench_{name}.md")
+    with open(mpath, "w") as f:
+        f.write("\n".join(lines))
+    return {"json": jpath, "md": mpath}
+
+
+def bar_chart(path: str, labels: Sequence[str], values: Sequence[float], xlabel: str,
+              title: str, ref: Optional[float] = None, ref_label: str = "",
+              colors: Optional[Sequence[str]] = None, annotate: str = "{:.1f}") -> str:
+    """A horizontal bar chart (PNG, matplotlib Agg); returns ``path``."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    n = len(labels)
+    fig, ax = plt.subplots(figsize=(10, 0.42 * n + 1.6))
+    ys = list(range(n))[::-1]
+    ax.barh(ys, values, color=colors or "#4C72B0")
+    ax.set_yticks(ys)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
+    vmax = max([v for v in values if v is not None] + [ref or 0])
+    for y, v in zip(ys, values):
+        ax.text(v + vmax * 0.01, y, annotate.format(v), va="center", fontsize=7)
+    if ref is not None:
+        ax.axvline(ref, color="#C44E52", linestyle="--", linewidth=1)
+        if ref_label:
+            ax.text(ref, n - 0.4, " " + ref_label, color="#C44E52", fontsize=7, va="top")
+    ax.set_xlim(0, vmax * 1.15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def read_json(path: str) -> Dict[str, object]:
+    with open(path) as f:
+        return json.load(f)
+
+
+def write_json(path: str, obj: object) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
