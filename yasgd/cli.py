@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
-from typing import Callable, List, Optional
+from typing import List, Optional
 
-from yasgd import UsageError
+from yasgd import UsageError, argtypes
 
 BENCHES = ("optimizer", "allreduce", "init", "throughput", "data", "largebatch", "overlap")
 
@@ -53,37 +52,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"yasgd: error: {sub + ': ' if sub else ''}{text} (see {self.prog} --help)\n")
 
 
-def _integer(lo: int) -> Callable[[str], int]:
-    """argparse type: an integer >= lo."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < lo:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
-        return value
-    return parse
-
-
-def _positive(text: str) -> float:
-    """argparse type: a finite number > 0 (not nan, not inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
-
-
-def _preset(text: str) -> str:
-    from yasgd.simulate import PRESETS
-    if text not in PRESETS:
-        raise argparse.ArgumentTypeError(f"must be one of {', '.join(PRESETS)}, got {text!r}")
-    return text
-
-
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="yasgd", description=DESCRIPTION, epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -96,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check-config", help="load and validate a config for a world size, print it resolved")
     c.add_argument("config")
     c.add_argument("overrides", nargs="*", metavar="section.key=value")
-    c.add_argument("--world-size", type=_integer(1), default=1, help="ranks (>= 1)")
+    c.add_argument("--world-size", type=argtypes.integer(1), default=1, help="ranks (>= 1)")
 
     # Listed here for --help only: main() hands "yasgd launch ..." to yasgd.launch.main
     # before parsing, because its command after -- is not this parser's to read.
@@ -151,12 +119,13 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("simulate", help="scaling model of synchronous data-parallel training")
     s.add_argument("--preset", default="abci2019",
                    help="the system (`--preset list` prints every preset and its sources)")
-    s.add_argument("--gpus", type=_integer(1), default=2048)
-    s.add_argument("--batch", type=_integer(1), default=81920, help="global mini-batch")
-    s.add_argument("--epochs", type=_positive, default=90)
-    s.add_argument("--images-per-gpu-s", type=_positive, default=None,
+    s.add_argument("--gpus", type=argtypes.integer(1), default=2048)
+    s.add_argument("--batch", type=argtypes.integer(1), default=81920, help="global mini-batch")
+    s.add_argument("--epochs", type=argtypes.positive(), default=90)
+    s.add_argument("--images-per-gpu-s", type=argtypes.positive(), default=None,
                    help="per-GPU compute throughput (default: the preset's)")
-    s.add_argument("--budget-bytes", type=_integer(1), default=None, help="allreduce group budget")
+    s.add_argument("--budget-bytes", type=argtypes.integer(1), default=None,
+                   help="allreduce group budget")
     s.add_argument("--plot", default=None, help="write a PNG of efficiency against GPUs and budget "
                    "(a directory: DIR/simulate.png)")
     s.add_argument("--json", default=None, help="write the prediction as JSON "

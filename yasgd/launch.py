@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import math
 import os
 import shutil
 import signal
@@ -41,6 +40,8 @@ import subprocess
 import sys
 import tempfile
 from typing import List, Optional
+
+from yasgd import argtypes
 
 STOP_FILE_ENV = "YASGD_STOP_FILE"   # yasgd.faults.STOP_FILE_ENV (not imported: no numpy here)
 
@@ -144,49 +145,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"yasgd: error: launch: {text} (see {self.prog} --help)\n")
 
 
-def _ranks(text: str) -> int:
-    """argparse type of -np: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    """argparse type of --timeout: a finite number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
-    return value
-
-
-def _grace(text: str) -> int:
-    """argparse type of --grace: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer number of seconds >= 0, got {text!r}")
-    return value
-
-
 def parser(prog: str = "python -m yasgd.launch") -> argparse.ArgumentParser:
     """The launcher's arguments (``yasgd launch`` gives ``prog="yasgd launch"``)."""
     p = _Parser(prog=prog, description=__doc__.splitlines()[0],
                 usage=f"{prog} -np N [--timeout S] [--gloo] [--grace S] "
                       "[--no-tuning-defaults] -- COMMAND ...")
-    p.add_argument("-np", type=_ranks, default=2, metavar="N", help="ranks (default: 2)")
-    p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+    p.add_argument("-np", type=argtypes.integer(1), default=2, metavar="N",
+                   help="ranks (default: 2)")
+    p.add_argument("--timeout", type=argtypes.positive("seconds"), default=None, metavar="S",
                    help="kill the job after S seconds (exit status 124)")
     p.add_argument("--gloo", action="store_true", help="use horovodrun --gloo instead of mpirun")
-    p.add_argument("--grace", type=_grace, default=None, metavar="S",
+    p.add_argument("--grace", type=argtypes.integer(0, "seconds"), default=None, metavar="S",
                    help="seconds between mpirun's SIGTERM and SIGKILL to the ranks (default: "
                         "$OMPI_MCA_odls_base_sigkill_timeout, else 3)")
     p.add_argument("--no-tuning-defaults", action="store_true",
