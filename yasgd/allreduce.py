@@ -13,10 +13,10 @@ first), the first-ready group with the highest engine priority. Each push
 depends only on its own gradient arrays, so it runs as soon as they are
 written: communication overlaps the rest of backward.
 
-Averaging happens exactly once: gradients are summed by Horovod and the sum is
-divided by the global batch through Gluon's ``rescale_grad``
-(``_scale / size`` here, ``/ batch`` in ``Trainer.step``), which LARS also
-folds into its gradient norm.
+Averaging happens exactly once: gradients are summed by Horovod (each divided
+by ``gradient_predivide_factor`` f first) and the sum is divided by the global
+batch through Gluon's ``rescale_grad`` (``_scale x f / size`` here, ``/ batch``
+in ``Trainer.step``), which LARS also folds into its gradient norm.
 """
 from __future__ import annotations
 
@@ -34,17 +34,25 @@ def _nbytes(p) -> int:
     return int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
 
 
+def _layer(p) -> str:
+    """The layer a Gluon parameter belongs to: Gluon 1.x names it ``<block prefix><name>``
+    with the block prefix ending in ``_`` (``conv3_weight``, ``dense0_bias``)."""
+    return p.name.rsplit("_", 1)[0]
+
+
 def group_params(params: Union[Sequence, Dict], budget_bytes: int = DEFAULT_BUDGET_BYTES,
                  num_groups: int = 0) -> List[List]:
     """Split trainable parameters into static groups in backward order.
 
-    ``params``: Gluon parameters in forward (registration) order, as a list or a
-    ParameterDict. Backward produces gradients in reverse order, so the groups
-    are built from the last parameter to the first: consecutive tensors are
-    packed while the group stays within ``budget_bytes``; a tensor larger than
-    the budget forms a group of its own. With ``num_groups > 0`` the tensors are
+    ``params``: Gluon parameters in forward order, as a list or a ParameterDict
+    (whose registration order yasgd's networks keep equal to forward order), never
+    a name-sorted list such as ``gluon.Trainer``'s own. Backward produces
+    gradients in reverse order, so the groups are built from the last parameter to
+    the first: consecutive layers are packed while the group stays within
+    ``budget_bytes``; a layer larger than the budget forms a group of its own; a
+    layer's tensors are never split. With ``num_groups > 0`` the layers are
     instead split into that many groups of nearly equal bytes. Pure function of
-    shapes and dtypes: identical on every rank. The rule itself is
+    names, shapes and dtypes: identical on every rank. The rule itself is
     :func:`yasgd.grouping.group_indices`, shared with the scaling model.
     """
     plist = list(params.values()) if hasattr(params, "values") else list(params)
@@ -52,7 +60,7 @@ def group_params(params: Union[Sequence, Dict], budget_bytes: int = DEFAULT_BUDG
     if not backward:
         return []
     groups = group_indices([_nbytes(p) for p in backward], budget_bytes=budget_bytes,
-                           num_groups=num_groups)
+                           num_groups=num_groups, layers=[_layer(p) for p in backward])
     return [[backward[i] for i in g] for g in groups]
 
 
@@ -68,6 +76,10 @@ class DistributedTrainer(mx.gluon.Trainer):
     def __init__(self, params, optimizer, optimizer_params=None, compression="none",
                  gradient_predivide_factor: float = 1.0, prefix: Optional[str] = None,
                  num_groups: int = 0, group_budget_bytes: int = DEFAULT_BUDGET_BYTES):
+        # gluon.Trainer keeps a ParameterDict's parameters sorted by name (batchnorm* <
+        # conv* < dense*, conv10 < conv9), which is not the order backward writes them; the
+        # groups are built from the caller's order: a ParameterDict's is registration order,
+        # which yasgd's networks keep equal to forward order (yasgd.model)
         super().__init__(params, optimizer, optimizer_params=optimizer_params, kvstore=None)
         self._size, self._hvd = 1, None
         try:
@@ -77,11 +89,15 @@ class DistributedTrainer(mx.gluon.Trainer):
         except ImportError:
             pass
         self._fp16 = compression == "fp16" or getattr(compression, "__name__", "") == "FP16Compressor"
-        self._predivide = float(gradient_predivide_factor)
-        # Averaging exactly once: sum over ranks, divide by the global batch via rescale_grad.
-        self._scale /= self._size
+        if not gradient_predivide_factor > 0:
+            raise ValueError(f"gradient_predivide_factor must be > 0, got {gradient_predivide_factor}")
+        # Averaging exactly once: each rank's gradients divided by the predivide factor f
+        # before the sum (so a float16 sum over thousands of ranks stays in range), the sum
+        # multiplied by f / ranks and divided by the batch through rescale_grad.
+        self._predivide = float(gradient_predivide_factor) if self._size > 1 else 1.0
+        self._scale *= self._predivide / self._size
         self._prefix = prefix or ""
-        self.groups = group_params(self._params, budget_bytes=group_budget_bytes,
+        self.groups = group_params(params, budget_bytes=group_budget_bytes,
                                    num_groups=num_groups)
 
     def group_signature(self) -> List[List[int]]:
@@ -99,8 +115,7 @@ class DistributedTrainer(mx.gluon.Trainer):
             wire = [g.astype("float16") for g in grads] if self._fp16 else grads
             # Ready first (last layers) -> highest priority; runs as soon as written.
             hvd.grouped_allreduce_(wire, average=False, name=f"{self._prefix}yasgd.g{gi}",
-                                   priority=-gi, prescale_factor=1.0 / self._predivide,
-                                   postscale_factor=self._predivide)
+                                   priority=-gi, prescale_factor=1.0 / self._predivide)
             if self._fp16:
                 for g, w in zip(grads, wire):
                     w.astype(g.dtype).copyto(g)

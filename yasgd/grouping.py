@@ -9,12 +9,16 @@ the groups without a run-time negotiation. Two rules, both pure functions of ten
 * num_groups > 0: the tensors are split into that many groups of nearly equal bytes, by where
   each tensor's cumulative byte count falls (MXNet's ``MXNET_HOROVOD_NUM_GROUPS`` rule).
 
+Given the layer of each tensor, both rules work on whole layers: a layer's weight and bias
+always travel in one message (a group holds whole layers, so the first group holds the
+classifier, not its bias alone).
+
 The Horovod layer (:mod:`yasgd.allreduce`) applies them to Gluon parameters and the scaling
 model (:mod:`yasgd.simulate`) to ResNet-50's gradient tensors, so that both group alike.
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import Hashable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -56,16 +60,38 @@ def equal_bytes_groups(sizes: Sequence[int], num_groups: int) -> List[List[int]]
     return [g for g in groups if g]
 
 
+def layer_runs(layers: Optional[Sequence[Hashable]], n: int) -> List[Tuple[int, int]]:
+    """[begin, end) index ranges of the runs of equal consecutive keys in ``layers`` (one key per
+    tensor: the layer it belongs to); every tensor a run of its own when ``layers`` is None."""
+    if layers is None:
+        return [(i, i + 1) for i in range(n)]
+    if len(layers) != n:
+        raise ValueError(f"{len(layers)} layer keys for {n} tensors")
+    runs, start = [], 0
+    for i in range(1, n + 1):
+        if i == n or layers[i] != layers[start]:
+            runs.append((start, i))
+            start = i
+    return runs
+
+
 def group_indices(sizes: Sequence[int], budget_bytes: int = DEFAULT_BUDGET_BYTES,
-                  num_groups: int = 0) -> List[List[int]]:
+                  num_groups: int = 0, layers: Optional[Sequence[Hashable]] = None
+                  ) -> List[List[int]]:
     """The groups as lists of indices into ``sizes``: ``num_groups`` > 0 selects the equal-bytes
-    split, otherwise the greedy budget split."""
+    split, otherwise the greedy budget split. With ``layers`` (a key per tensor), the tensors of
+    one layer (a run of equal keys) are never split between groups: the rules apply to layers."""
+    runs = layer_runs(layers, len(sizes))
+    unit = [int(sum(sizes[a:b])) for a, b in runs]
     if num_groups > 0:
-        return equal_bytes_groups(sizes, num_groups)
-    return [list(range(a, b)) for a, b in budget_bounds(sizes, budget_bytes)]
+        unit_groups = equal_bytes_groups(unit, num_groups)
+    else:
+        unit_groups = [list(range(a, b)) for a, b in budget_bounds(unit, budget_bytes)]
+    return [[i for u in g for i in range(*runs[u])] for g in unit_groups]
 
 
 def group_bytes(sizes: Sequence[int], budget_bytes: int = DEFAULT_BUDGET_BYTES,
-                num_groups: int = 0) -> List[int]:
+                num_groups: int = 0, layers: Optional[Sequence[Hashable]] = None) -> List[int]:
     """Bytes of each group of :func:`group_indices`."""
-    return [int(sum(sizes[i] for i in g)) for g in group_indices(sizes, budget_bytes, num_groups)]
+    return [int(sum(sizes[i] for i in g))
+            for g in group_indices(sizes, budget_bytes, num_groups, layers)]

@@ -77,8 +77,11 @@ class _Residual(nn.HybridBlock):
             self.downsample.add(bn.bn(channels))
 
     def hybrid_forward(self, F, x):
+        # body first, then the shortcut: the order in which the layers were registered, so
+        # that registration order is forward order (the allreduce groups rely on it)
+        out = self.body(x)
         residual = self.downsample(x) if self.downsample is not None else x
-        return F.Activation(self.body(x) + residual, act_type="relu")
+        return F.Activation(out + residual, act_type="relu")
 
 
 class BasicBlock(_Residual):
@@ -185,12 +188,16 @@ def imagenet_style(name: str) -> bool:
             and int(key[6:]) in {**BOTTLENECK_LAYERS, **BASIC_LAYERS})
 
 
-def from_config(model_cfg, in_channels: int = 3, bn_momentum: float = None) -> ResNet:
+def from_config(model_cfg, in_channels: int = 3, bn_momentum: float = None,
+                fused_bn_relu: bool = None) -> ResNet:
+    """The network of a ``model`` config section; ``fused_bn_relu``: resolved for the device by
+    :func:`yasgd.config.fused_bn_relu` (None: fused only when the key says true)."""
     return build(model_cfg.name, classes=model_cfg.classes, width=model_cfg.width,
                  in_channels=in_channels, stem_stride=model_cfg.stem_stride,
                  bn_momentum=model_cfg.bn_momentum if bn_momentum is None else bn_momentum,
                  bn_eps=model_cfg.bn_eps, zero_init_last_gamma=model_cfg.zero_init_last_gamma,
-                 fused_bn_relu=model_cfg.fused_bn_relu)
+                 fused_bn_relu=(model_cfg.fused_bn_relu == "true" if fused_bn_relu is None
+                                else fused_bn_relu))
 
 
 def default_initializer() -> init.Initializer:

@@ -44,12 +44,18 @@ def test_groups_cover_every_parameter_once_in_backward_order():
     groups = allreduce.group_params(net.collect_params(), budget)
     flat = [p for g in groups for p in g]
     assert [id(p) for p in flat] == [id(p) for p in reversed(plist)]   # backward order, once each
+
+    def layer(p):
+        return p.name.rsplit("_", 1)[0]
+
+    def nbytes(ps):
+        return sum(int(np.prod(p.shape)) * 4 for p in ps)
     for g in groups:
-        nbytes = sum(int(np.prod(p.shape)) * 4 for p in g)
-        assert nbytes <= budget or len(g) == 1                         # within budget or a lone giant
-    # maximal packing: adding the next group's first tensor would overflow
+        assert nbytes(g) <= budget or len({layer(p) for p in g}) == 1  # within budget or a lone giant
+    # a layer's tensors travel together; maximal packing: the next group's first layer overflows
     for g, nxt in zip(groups, groups[1:]):
-        assert sum(int(np.prod(p.shape)) * 4 for p in g) + int(np.prod(nxt[0].shape)) * 4 > budget
+        assert layer(g[-1]) != layer(nxt[0])
+        assert nbytes(g) + nbytes([p for p in nxt if layer(p) == layer(nxt[0])]) > budget
 
 
 def test_num_groups_split_is_balanced():
@@ -61,39 +67,47 @@ def test_num_groups_split_is_balanced():
     assert max(sizes) < 2.5 * (25_557_032 / 8)   # a single 2.36M-float tensor limits balance
 
 
-def _group_params_before_grouping_py(params, budget_bytes=4 << 20, num_groups=0):
-    """yasgd.allreduce.group_params as it was written before the rule moved into
-    yasgd.grouping (a frozen copy): the shared rule must give the same groups."""
+def _reference_group_params(params, budget_bytes=4 << 20, num_groups=0):
+    """An independent copy of yasgd.allreduce.group_params's rule: trainable parameters in
+    backward order, merged into layers (consecutive parameters whose names share the block
+    prefix before the last '_'), the layers split greedily by budget or into num_groups
+    groups of nearly equal bytes."""
     def nbytes(p):
         return int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
     plist = list(params.values()) if hasattr(params, "values") else list(params)
     backward = [p for p in reversed(plist) if p.grad_req != "null"]
     if not backward:
         return []
+    layers = []
+    for p in backward:
+        if layers and layers[-1][0].name.rsplit("_", 1)[0] == p.name.rsplit("_", 1)[0]:
+            layers[-1].append(p)
+        else:
+            layers.append([p])
     if num_groups > 0:
-        sizes = np.array([nbytes(p) for p in backward], dtype=np.float64)
+        sizes = np.array([sum(nbytes(p) for p in lay) for lay in layers], dtype=np.float64)
         bounds = np.cumsum(sizes) / sizes.sum() * num_groups
         groups = [[] for _ in range(num_groups)]
-        for p, b in zip(backward, bounds):
-            groups[min(num_groups - 1, int(np.ceil(b - 1e-9)) - 1)].append(p)
+        for lay, b in zip(layers, bounds):
+            groups[min(num_groups - 1, int(np.ceil(b - 1e-9)) - 1)].extend(lay)
         return [g for g in groups if g]
     if budget_bytes <= 0:
         raise ValueError(f"group budget must be positive, got {budget_bytes}")
     groups, cur, cur_bytes = [], [], 0
-    for p in backward:
-        n = nbytes(p)
+    for lay in layers:
+        n = sum(nbytes(p) for p in lay)
         if cur and cur_bytes + n > budget_bytes:
             groups.append(cur)
             cur, cur_bytes = [], 0
-        cur.append(p)
+        cur.extend(lay)
         cur_bytes += n
     groups.append(cur)
     return groups
 
 
 class _P:
-    def __init__(self, shape, dtype="float32", grad_req="write"):
-        self.shape, self.dtype, self.grad_req = shape, dtype, grad_req
+    def __init__(self, shape, dtype="float32", grad_req="write", name="layer0_weight"):
+        self.shape, self.dtype, self.grad_req, self.name = shape, dtype, grad_req, name
 
 
 def test_group_params_uses_the_one_grouping_rule():
@@ -107,11 +121,13 @@ def test_group_params_uses_the_one_grouping_rule():
     rng = np.random.default_rng(7)
     for _ in range(40):   # mixed dtypes, frozen parameters, budgets around the tensor sizes
         ps = [_P((int(rng.integers(1, 5000)),), str(rng.choice(["float16", "float32"])),
-                 str(rng.choice(["write", "write", "null"]))) for _ in range(int(rng.integers(1, 40)))]
+                 str(rng.choice(["write", "write", "null"])),
+                 f"layer{i // int(rng.integers(1, 4))}_{rng.choice(['weight', 'bias'])}")
+              for i in range(int(rng.integers(1, 40)))]
         cases.append((ps, int(rng.integers(1, 30000)), int(rng.choice([0, 0, 1, 2, 5]))))
     for ps, budget, ng in cases:
         got = allreduce.group_params(ps, budget_bytes=budget, num_groups=ng)
-        want = _group_params_before_grouping_py(ps, budget_bytes=budget, num_groups=ng)
+        want = _reference_group_params(ps, budget_bytes=budget, num_groups=ng)
         assert [[id(p) for p in g] for g in got] == [[id(p) for p in g] for g in want]
     assert allreduce.group_params([_P((4,), grad_req="null")], budget_bytes=0) == []
     with pytest.raises(ValueError, match="budget must be positive"):

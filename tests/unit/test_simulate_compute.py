@@ -142,20 +142,22 @@ def test_grouping_module_matches_allreduce():
     from yasgd import allreduce
 
     class P:
-        def __init__(self, shape, dtype):
-            self.shape, self.dtype, self.grad_req = shape, dtype, "write"
+        def __init__(self, shape, dtype, name):
+            self.shape, self.dtype, self.grad_req, self.name = shape, dtype, "write", name
 
     rng = np.random.default_rng(1)
     assert allreduce.DEFAULT_BUDGET_BYTES == grouping.DEFAULT_BUDGET_BYTES == 4 << 20
     for _ in range(30):
-        params = [P((int(rng.integers(1, 3000)),), rng.choice(["float16", "float32"]))
-                  for _ in range(int(rng.integers(1, 60)))]
+        params = [P((int(rng.integers(1, 3000)),), rng.choice(["float16", "float32"]),
+                    f"layer{i // 2}_{'weight' if i % 2 else 'bias'}")
+                  for i in range(int(rng.integers(1, 60)))]
         sizes = [int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in reversed(params)]
         back = list(reversed(params))
+        layers = [p.name.split("_")[0] for p in back]
         for budget, ng in ((int(rng.integers(1, 20000)), 0), (4 << 20, int(rng.integers(1, 9)))):
             want = [[back.index(q) for q in g]
                     for g in allreduce.group_params(params, budget_bytes=budget, num_groups=ng)]
-            assert grouping.group_indices(sizes, budget, ng) == want
+            assert grouping.group_indices(sizes, budget, ng, layers) == want
     del mx
 
 
@@ -164,6 +166,12 @@ def test_grouping_rules():
     assert grouping.group_bytes([1, 10, 1], 5) == [1, 10, 1]
     assert grouping.group_bytes([5, 5, 5, 5], num_groups=2) == [10, 10]
     assert grouping.group_bytes([], 5) == []
+    # a layer's tensors are never split: the rules apply to whole layers
+    assert grouping.group_bytes([1, 10, 1], 5, layers=["fc", "fc", "conv"]) == [11, 1]
+    assert grouping.group_indices([2, 2, 2, 2], 5, layers="aabb") == [[0, 1], [2, 3]]
+    assert grouping.group_indices([4, 4, 1, 1], num_groups=2, layers="abcc") == [[0], [1, 2, 3]]
+    with pytest.raises(ValueError, match="layer keys"):
+        grouping.group_indices([1, 2], 5, layers=["a"])
     with pytest.raises(ValueError):
         grouping.budget_bounds([1], 0)
     sizes = [n * 2 for _, n, _ in sim.backward_tensors()]

@@ -26,7 +26,7 @@ from yasgd import UsageError
 from yasgd.grouping import DEFAULT_BUDGET_BYTES
 from yasgd.simulate import compute
 from yasgd.simulate.network import (Topology, allreduce_time, backward_tensors,
-                                    fujitsu_cubic_groups, grouped)
+                                    fujitsu_cubic_groups, grouped, layer_of)
 from yasgd.simulate.presets import Preset, get_preset, single_node
 
 IMAGENET_TRAIN = 1_281_167      # ILSVRC-2012 training images
@@ -75,7 +75,7 @@ def iteration(*, gpus: int, per_gpu_batch: int, images_per_gpu_s: float, topo: T
         acc += m
         work.append(t_b * acc / total_macs)
     if groups is None:
-        groups = grouped(sizes, budget_bytes)
+        groups = grouped(sizes, budget_bytes, layers=[layer_of(name) for name, _, _ in tensors])
     end, comm, busy = t_f, 0.0, []
     for last, nbytes in groups:
         cost = allreduce_time(nbytes, gpus, topo, algorithm)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from yasgd import UsageError, grouping
 
@@ -63,20 +63,26 @@ def backward_tensors() -> List[Tuple[str, int, int]]:
     return out
 
 
-def group_sizes(tensor_bytes_in_backward_order: Sequence[int], budget_bytes: int) -> List[int]:
-    """yasgd's static grouping (:func:`yasgd.grouping.group_bytes`): consecutive tensors are
-    packed until adding the next would exceed the budget; a tensor larger than the budget gets a
+def layer_of(tensor_name: str) -> str:
+    """The layer of a :func:`backward_tensors` name (``stage2.0.bn1[1]`` -> ``stage2.0.bn1``)."""
+    return tensor_name.split("[", 1)[0]
+
+
+def group_sizes(tensor_bytes_in_backward_order: Sequence[int], budget_bytes: int,
+                layers: Optional[Sequence[str]] = None) -> List[int]:
+    """yasgd's static grouping (:func:`yasgd.grouping.group_bytes`): consecutive layers are
+    packed until adding the next would exceed the budget; a layer larger than the budget gets a
     group of its own. Returns group bytes."""
-    return grouping.group_bytes(tensor_bytes_in_backward_order, budget_bytes)
+    return grouping.group_bytes(tensor_bytes_in_backward_order, budget_bytes, layers=layers)
 
 
 def grouped(sizes: Sequence[int], budget_bytes: int = grouping.DEFAULT_BUDGET_BYTES,
-            num_groups: int = 0) -> List[Tuple[int, int]]:
+            num_groups: int = 0, layers: Optional[Sequence[str]] = None) -> List[Tuple[int, int]]:
     """(backward index of the tensor that completes the group, bytes) per group of
     :func:`yasgd.grouping.group_indices` (the budget split, or ``num_groups`` equal-bytes groups
     as MXNet's ``MXNET_HOROVOD_NUM_GROUPS`` makes them)."""
     return [(max(g), int(sum(sizes[i] for i in g)))
-            for g in grouping.group_indices(sizes, budget_bytes, num_groups)]
+            for g in grouping.group_indices(sizes, budget_bytes, num_groups, layers)]
 
 
 def is_batchnorm(tensor_name: str) -> bool:
