@@ -21,7 +21,10 @@ import yaml
 
 from yasgd import UsageError
 from yasgd.config_checks import (BASIC_DEPTHS, BOTTLENECK_DEPTHS, INT64_MAX, Bool, Check,  # noqa: F401
-                                 Float, Int, Line, ModelName, Name, OneOf, Seconds, model_depth)
+                                 Float, Int, Line, LossScale, ModelName, Name, OneOf, Seconds,
+                                 model_depth)
+from yasgd.config_resolve import (DEVICES, FUSED_BN_RELU_ONLY, check_device,  # noqa: F401
+                                  fused_bn_relu, hybridize, stall_timeout)
 from yasgd.config_yaml import parse_scalar, read_file  # noqa: F401 -- read_file: public here too
 from yasgd.grouping import DEFAULT_BUDGET_BYTES
 
@@ -59,7 +62,10 @@ class ModelCfg:
     bn_momentum_rule: str = key("fixed", OneOf(("fixed", "iterations")))  # see model.bn_momentum_for
     bn_eps: float = key(1e-5, Float(gt=0.0))
     zero_init_last_gamma: bool = key(True, Bool())
-    fused_bn_relu: bool = key(False, Bool())   # BatchNormWithReLU where BN is followed by ReLU
+    # MXNet's BatchNormWithReLU where BN is followed by ReLU: MXNet 1.9.1 has it only on the
+    # CPU (MKLDNN) in float32. auto: fused there, BN + ReLU (cuDNN's BN on GPUs) elsewhere;
+    # true: fused, refused on GPUs and in float16; false: never fused
+    fused_bn_relu: str = key("false", OneOf(TRISTATE))
     # float32 | float16 (multi_precision master weights)
     dtype: str = key("float32", OneOf(("float32", "float16")))
 
@@ -127,6 +133,11 @@ class TrainCfg:
     # and whenever bn_recalibrate_batches is set; true | false force it
     hybridize: str = key("auto", OneOf(TRISTATE))
     max_steps: int = key(0, Int(0))          # stop after N steps (0 = run all epochs); for tests and benches
+    # none | dynamic | N: the loss is multiplied by the scale before backward and the gradients
+    # divided by it in the update; dynamic skips a step whose gradients overflow and halves
+    # the scale, doubling it after loss_scale_window good steps (yasgd.loss_scale)
+    loss_scale: str = key("none", LossScale())
+    loss_scale_window: int = key(2000, Int(1))
 
 
 @dataclass
@@ -135,6 +146,10 @@ class CommCfg:
     group_budget_bytes: int = key(DEFAULT_BUDGET_BYTES, Int(1))
     num_groups: int = key(0, Int(0))         # > 0 overrides the byte budget
     fp16_compression: bool = key(False, Bool())
+    # gradients divided by this before the sum over ranks and multiplied after it, so that a
+    # sum over thousands of ranks stays within float16's range on the wire (Horovod's
+    # prescale/postscale factors); 1 = plain sum
+    gradient_predivide_factor: float = key(1.0, Float(gt=0.0))
     init: str = key("parallel", OneOf(("parallel", "broadcast")))
     check_init: bool = key(True, Bool())     # checksum agreement across ranks after init
     # grouped | horovod (Horovod's stock DistributedTrainer)
@@ -248,21 +263,6 @@ def _apply(cfg: Config, section: str, key: str, value: Any, origin: str = "") ->
     setattr(sub, key, value)
 
 
-def hybridize(cfg: Config) -> bool:
-    """Whether ``yasgd train`` hybridizes the network (``train.hybridize``, resolving auto)."""
-    h = cfg.train.hybridize
-    if h != "auto":
-        return h == "true"
-    from yasgd import model
-    return model.imagenet_style(cfg.model.name) and not cfg.train.bn_recalibrate_batches
-
-
-def stall_timeout(cfg: Config) -> Optional[float]:
-    """``run.stall_timeout_s``: None for auto (the watchdog decides), else seconds (0 = off)."""
-    value = cfg.run.stall_timeout_s
-    return None if value == "auto" else float(value)
-
-
 def load(path: Optional[str] = None, overrides: Optional[List[str]] = None) -> Config:
     """Build a Config from an optional YAML file and ``section.key=value`` overrides.
 
@@ -320,6 +320,8 @@ def check_values(cfg: Config) -> None:
     if t.bn_recalibrate_batches and t.hybridize == "true":
         raise UsageError("train.bn_recalibrate_batches needs train.hybridize=false "
                          "(the per-batch BN momentum is set on the imperative layers)")
+    if cfg.model.fused_bn_relu == "true" and cfg.model.dtype == "float16":
+        raise UsageError(FUSED_BN_RELU_ONLY + " (model.dtype is float16)")
     if cfg.run.resume not in ("none", "") and not cfg.run.dir:
         raise UsageError("config key run.resume needs a run directory (run.dir is empty)")
 

@@ -182,3 +182,22 @@ class Seconds(Check):
 
     def describe(self) -> str:
         return "auto or a finite number of seconds >= 0 (0 = off)"
+
+
+class LossScale(Check):
+    """``none``, ``dynamic`` or a finite static loss scale >= 1, kept as text."""
+    typ = str
+
+    def ok(self, value: Any) -> bool:
+        if not isinstance(value, str):
+            return False
+        if value in ("none", "dynamic"):
+            return True
+        try:
+            x = float(value)
+        except ValueError:
+            return False
+        return math.isfinite(x) and x >= 1
+
+    def describe(self) -> str:
+        return "none, dynamic or a finite static loss scale >= 1"

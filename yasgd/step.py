@@ -37,11 +37,16 @@ def train_step(s: "Setup", batches: Iterator[Batch], meter: "TrainMeter") -> Non
         # forward + smoothed loss, then backward (queued, not waited for)
         with autograd.record():
             out = s.net(x)
-            loss = s.loss_fn(out, y)
-        loss.backward()
+            loss = s.loss_fn(out, y)      # in float32, also for float16 logits (yasgd.loss)
+        (loss * s.scaler.scale if s.scaler is not None else loss).backward()
         meter.add_batch(loss, out, y)
-    # allreduce (grouped, overlapping backward) + LARS update
-    s.trainer.step(s.per_rank * k)
+    # allreduce (grouped, overlapping backward) + LARS update; with a loss scale, the
+    # scaler divides it out of the gradients (and, dynamic, skips a step that overflowed)
+    if s.scaler is None:
+        s.trainer.step(s.per_rank * k)
+    else:
+        s.scaler.step(s.per_rank * k, [p.grad() for p in s.net.collect_params().values()
+                                       if p.grad_req != "null"])
     if k > 1:   # accumulated gradients (grad_req "add") start again from zero
         for p in s.net.collect_params().values():
             if p.grad_req == "add":

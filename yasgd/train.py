@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
-from yasgd import UsageError, checkpoint, faults, mlperf, resume
+from yasgd import UsageError, checkpoint, faults, loss_scale, mlperf, resume
 from yasgd import config as config_mod
+from yasgd.loss_scale import LossScaler
 from yasgd.meter import TrainingError, TrainMeter  # noqa: F401 (TrainingError: callers use train.)
 from yasgd.step import train_step
 from yasgd.watchdog import Watchdog
@@ -54,6 +55,7 @@ class Setup:
     watchdog: Watchdog = field(default_factory=lambda: Watchdog(0))
     stop: Optional[faults.StopPoll] = None   # per-step signal poll (yasgd.faults), set by fit
     steps_run: int = 0                  # optimizer steps yasgd.step.train_step took on this run
+    scaler: Optional[LossScaler] = None  # train.loss_scale (yasgd.loss_scale); None: no scaling
 
 
 # -- start-up ----------------------------------------------------------------------
@@ -97,8 +99,10 @@ def build(cfg, world) -> Setup:
     per_rank = config_mod.per_rank_batch(cfg, world.size)
     from yasgd import ops
     ops.backend()   # load the operator library before the engine runs anything
-    run_dir, resume_from = prepare_run_dir(cfg, world)
     ctx = world.context()
+    device = "gpu" if ctx.device_type == "gpu" else "cpu"
+    config_mod.check_device(cfg, device)
+    run_dir, resume_from = prepare_run_dir(cfg, world)
     train_loader, val_loader = data.build_loaders(cfg, world.rank, world.size, per_rank, ctx)
     steps_per_epoch = len(train_loader) // cfg.train.accumulate
     if steps_per_epoch == 0:
@@ -109,7 +113,7 @@ def build(cfg, world) -> Setup:
     if cfg.model.bn_momentum_rule == "iterations":
         bn_m = model.bn_momentum_for(len(train_loader))   # BN updates once per micro-batch
     net = model.from_config(cfg.model, in_channels=getattr(train_loader, "channels", 3),
-                            bn_momentum=bn_m)
+                            bn_momentum=bn_m, fused_bn_relu=config_mod.fused_bn_relu(cfg, device))
     # Parallel initialization: same seed everywhere, agreement checked once.
     init.parallel_initialize(net, cfg.run.seed, ctx=ctx, broadcast=cfg.comm.init == "broadcast",
                              check=cfg.comm.check_init, world=world)
@@ -131,11 +135,13 @@ def build(cfg, world) -> Setup:
     else:
         trainer = allreduce.DistributedTrainer(
             pdict, opt, compression="fp16" if cfg.comm.fp16_compression else "none",
+            gradient_predivide_factor=cfg.comm.gradient_predivide_factor,
             num_groups=cfg.comm.num_groups, group_budget_bytes=cfg.comm.group_budget_bytes)
     log = RunLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None,
                  world.is_root, cfg.train.progress)
     return Setup(cfg, world, ctx, net, trainer, LabelSmoothingCE(cfg.train.label_smoothing),
-                 train_loader, val_loader, per_rank, steps_per_epoch, run_dir, log, resume_from)
+                 train_loader, val_loader, per_rank, steps_per_epoch, run_dir, log, resume_from,
+                 scaler=loss_scale.from_config(cfg.train, trainer))
 
 
 # -- one epoch -----------------------------------------------------------------------

@@ -135,3 +135,41 @@ def test_broadcast_option_agrees(world):
     from yasgd import model
     net = model.build("resnet8", classes=10, in_channels=1)
     init.parallel_initialize(net, 100 + world.rank, broadcast=True, world=world)  # check passes
+
+
+def _grads_from(params, values):
+    """Backward of sum_i <w_i, v_i>: the gradient of parameter i is v_i on this rank."""
+    with mx.autograd.record():
+        total = mx.nd.add_n(*[(p.data() * mx.nd.array(v)).sum() for p, v in zip(params, values)])
+    total.backward()
+
+
+@pytest.mark.parametrize("compression", ["none", "fp16"])
+def test_predivide_factor_keeps_the_average_and_the_fp16_range(world, compression):
+    """Rank r contributes (r + 1) x G. After the allreduce the buffers hold sum / f, and the
+    update divides by batch x ranks / f: the same SGD step for every f (closed form). With
+    fp16 on the wire and G near float16's largest value, f = 1 overflows the sum on more than
+    one rank, f = ranks does not."""
+    n, r = world.size, world.rank
+    big = 30000.0 if compression == "fp16" else 1.5
+    G = np.array([big, -big / 2, 1.0], dtype=np.float32)
+    mean = G * (n + 1) / 2                       # mean over ranks of (r + 1) G
+    for f in (1.0, 4.0, float(n)):
+        net = mx.gluon.nn.Dense(3, in_units=1, use_bias=False, prefix=f"pd{int(f)}{compression}_")
+        net.initialize(mx.init.Constant(1.0))
+        params = list(net.collect_params().values())
+        tr = allreduce.DistributedTrainer(net.collect_params(), "sgd",
+                                          {"learning_rate": 1e-5, "wd": 0.0},
+                                          compression=compression, gradient_predivide_factor=f,
+                                          prefix=f"pd{int(f)}{compression}.")
+        _grads_from(params, [(r + 1) * G.reshape(3, 1)])
+        tr.allreduce_grads()
+        buf = params[0].grad().asnumpy().ravel()
+        total = G * n * (n + 1) / 2
+        if compression == "fp16" and f == 1.0 and n > 1:
+            assert not np.isfinite(buf).all(), "the float16 sum should overflow without predivide"
+            continue
+        np.testing.assert_allclose(buf, total / (f if n > 1 else 1.0), rtol=1e-3)
+        tr.update(1)
+        np.testing.assert_allclose(params[0].data().asnumpy().ravel(), 1.0 - 1e-5 * mean,
+                                   rtol=1e-3)

@@ -52,7 +52,8 @@ def test_accumulation_equals_large_batch(k):
     # the fields of yasgd.train.Setup that train_step reads
     run = SimpleNamespace(cfg=SimpleNamespace(train=SimpleNamespace(accumulate=k),
                                               model=SimpleNamespace(dtype="float32")),
-                          net=acc, loss_fn=loss_fn, trainer=ta, per_rank=b, steps_run=0)
+                          net=acc, loss_fn=loss_fn, trainer=ta, per_rank=b, steps_run=0,
+                          scaler=None)
     micro = iter([(mx.nd.array(x[j * b:(j + 1) * b]), mx.nd.array(y[j * b:(j + 1) * b]))
                   for x, y in data for j in range(k)])
     meter = TrainMeter(mx.cpu())

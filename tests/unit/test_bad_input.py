@@ -64,6 +64,9 @@ def bad_values(check: config.Check, typ: type):
         out += [("unknown depth", "resnet7"), ("unknown family", "vgg16"), ("no depth", "resnet")]
     elif isinstance(check, config.Seconds):
         out += [("negative", "-1"), ("words", "soon"), ("nan", ".nan"), ("inf", "inf")]
+    elif isinstance(check, config.LossScale):
+        out += [("below one", "0.5"), ("negative", "-8"), ("words", "auto"), ("nan", ".nan"),
+                ("inf", "inf"), ("empty", "")]
     else:
         pytest.fail(f"no bad values for the check {check!r}: add them to bad_values")
     return out

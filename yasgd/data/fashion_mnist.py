@@ -17,6 +17,7 @@ import numpy as np
 
 from yasgd import UsageError
 from yasgd.data.sampler import EpochSampler, val_shard
+from yasgd.hostcopy import device_array
 
 FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
          "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
@@ -143,15 +144,13 @@ class ArrayLoader:
         return src[idx[:, None, None], rows[:, :, None], cols[:, None, :]]
 
     def __iter__(self) -> Iterator:
-        import mxnet as mx
         ids = self.sample_ids()
         rng = np.random.RandomState((self.seed * 7919 + self.epoch * 104729 + self.rank) % (2 ** 31))
         for start in range(0, len(ids), self.batch_size):
             idx = ids[start:start + self.batch_size]
             x = self._augment(idx, rng).astype(np.float32)
             x = (x * (1.0 / 255.0) - MEAN) * (1.0 / STD)
-            yield (mx.nd.array(x[:, None], ctx=self.ctx),
-                   mx.nd.array(self.labels[idx], ctx=self.ctx))
+            yield (device_array(x[:, None], self.ctx), device_array(self.labels[idx], self.ctx))
 
 
 def build(data_cfg, rank: int, size: int, batch_size: int, ctx, seed: int, num_classes: int):

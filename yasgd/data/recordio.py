@@ -74,6 +74,7 @@ from yasgd import UsageError
 from yasgd.data.recordfile import (  # noqa: F401 -- re-exported: the loaders' file layer
     _MAGIC_BYTES, MAGIC, RecordFile, RecordIOError, read_classes, read_idx)
 from yasgd.data.sampler import EpochSampler, val_shard
+from yasgd.hostcopy import device_array
 
 MEAN_RGB = (0.485, 0.456, 0.406)
 STD_RGB = (0.229, 0.224, 0.225)
@@ -208,7 +209,6 @@ class _Base:
         return out, labels, ids, futs
 
     def _batches(self, order: np.ndarray, nb: int):
-        import mxnet as mx
         B = self.batch_size
         pending: deque = deque()
         nxt = 0
@@ -221,7 +221,7 @@ class _Base:
                 for f in futs:
                     f.result()  # re-raises a decode error here, in the consumer
                 data = _to_context(out, self.ctx)
-                label = mx.nd.array(labels, ctx=self.ctx, dtype=np.float32)
+                label = device_array(labels, self.ctx)
                 yield (data, label, ids) if self.with_ids else (data, label)
         finally:
             for item in pending:

@@ -7,6 +7,8 @@ tests/unit/test_ops.py holds both to the same float64 NumPy references.
 """
 import numpy as np
 
+from yasgd.hostcopy import device_array
+
 from . import layout
 from .library import use_yasgd
 
@@ -23,7 +25,7 @@ def _f32(values, ctx):
     import mxnet as mx
     if isinstance(values, mx.nd.NDArray):
         return values
-    return mx.nd.array(values, ctx=ctx, dtype="float32")
+    return device_array(values, ctx)
 
 
 def multi_sum_sq(arrays, backend=None):
@@ -78,7 +80,7 @@ def builtin_multi_sum_sq(arrays):
         parts.append(mx.nd.multi_sum_sq(*[arrays[i] for i in idx], num_arrays=len(idx)))
         order += idx
     pos = np.argsort(order)
-    return mx.nd.take(mx.nd.concat(*parts, dim=0), mx.nd.array(pos, ctx=ctx, dtype="int32"))
+    return mx.nd.take(mx.nd.concat(*parts, dim=0), device_array(pos, ctx, dtype="int32"))
 
 
 def lars_trust_ratio(lrs, w_sq, g_sq, wds, eta, eps, rescale_grad, backend=None):

@@ -113,12 +113,13 @@ class YasgdLARS(mx.optimizer.Optimizer):
 
     def _fused_step(self, lars, plain, weight, grad, moms, masters, lrs, wds, momentum):
         from yasgd import ops
+        from yasgd.hostcopy import device_array
         ctx = weight[0].context
         order = lars + plain
         w_of = [masters[i] if masters[i] is not None else weight[i] for i in order]
         g_of = [grad[i] for i in order]
-        lr_arr = mx.nd.array([lrs[i] for i in order], ctx=ctx, dtype="float32")
-        wd_arr = mx.nd.array([wds[i] for i in order], ctx=ctx, dtype="float32")
+        lr_arr = device_array([lrs[i] for i in order], ctx)   # no blocking copy to a GPU
+        wd_arr = device_array([wds[i] for i in order], ctx)
         n = len(lars)
         if n:
             # The batched norm computation: ||w||^2 and ||g||^2 of every LARS layer.
