@@ -21,7 +21,7 @@ PYTEST = $(PY) -m pytest -q -p no:cacheprovider
         $(BENCH_TARGETS)
 
 install:
-	MXNET='$(MXNET)' bash jobs/install.sh $(VENV)
+	MXNET='$(MXNET)' bash jobs/install.sh $(if $(DRY_RUN),--dry-run) $(VENV)
 
 train: install
 	$(MPIRUN) $(YASGD) train $(CONFIG) $(ARGS)

@@ -13,7 +13,7 @@ setup(
     long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["yasgd", "yasgd.*"]),
-    package_data={"yasgd.ops": ["*.cc"]},
+    package_data={"yasgd.ops": ["*.cc"], "yasgd": ["mxnet_cuda_wheels.json"]},
     python_requires=">=3.8,<3.12",
     install_requires=[
         "numpy==1.23.5",
