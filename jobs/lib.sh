@@ -22,6 +22,9 @@
 #                    plugin this OpenMPI speaks, PMIx or else PMI-2; mpirun otherwise)
 #   YASGD_SRUN_MPI   srun's --mpi plugin (default: pmix or pmi2, as found)
 #   YASGD_SRUN_ARGS  extra srun arguments, split as YASGD_ARGS
+#   YASGD_PREFLIGHT  1 (default): every rank runs `yasgd preflight` before the training,
+#                    with the training's launcher line; 0: skip it
+#   YASGD_PREFLIGHT_TIMEOUT  seconds a rank may take for the preflight (default 120)
 # Values are passed on as array elements and never evaluated again: no eval, no
 # unquoted expansion; job.txt and command.sh hold them %q-quoted, one per word.
 
@@ -294,6 +297,29 @@ yasgd_job() {
   local cmd=("${launch[@]}" bash "$YASGD_HOME/jobs/bind.sh" "${train[@]}" "$YASGD_CONFIG" "${args[@]}")
   printf '%q ' "${cmd[@]}" > "$run_dir/command.sh"
   echo >> "$run_dir/command.sh"
+
+  # Preflight: the same launcher line runs `yasgd preflight` on every rank first (through
+  # jobs/bind.sh, so each rank sees its GPU as the training will): MXNet sees the node's
+  # GPUs and runs a kernel on its own, Horovod reduces one tensor over all ranks
+  # (yasgd/preflight.py). A failed check ends the job here, before the training.
+  if [ "${YASGD_PREFLIGHT:-1}" != 0 ]; then
+    local check=("${launch[@]}" bash "$YASGD_HOME/jobs/bind.sh" "$py" -m yasgd.cli preflight
+                 --timeout "${YASGD_PREFLIGHT_TIMEOUT:-120}")
+    yasgd_log "preflight: $(printf '%q ' "${check[@]}")"
+    if YASGD_BIND_VERBOSE=0 "${check[@]}" 2>&1 | (trap '' TERM INT; exec tee -a "$run_dir/job.log"); then
+      status=0
+    else
+      status=${PIPESTATUS[0]}
+    fi
+    if [ "$status" -ne 0 ]; then
+      echo "$status" > "$run_dir/exit_status"
+      local why="error: preflight failed (exit status $status; the ranks' lines above say why):"
+      why+=" the training did not start; run directory: $run_dir"
+      yasgd_log "$why"
+      printf '[yasgd-job] %s\n' "$why" >> "$run_dir/job.log"
+      return "$status"
+    fi
+  fi
 
   yasgd_log "starting: $(printf '%q ' "${cmd[@]}")"
   # Signals (a walltime, scancel, qdel, Ctrl-C) reach the ranks, which stop together

@@ -6,7 +6,8 @@ works without this module).
 Every subcommand turns its arguments into explicit keyword arguments of a library
 function. A :class:`yasgd.UsageError` becomes one line on stderr and exit status 2;
 a training error (non-finite loss, unusable checkpoint) one line and status 1; a
-run stopped by SIGTERM (checkpoint written) one line and status 143. What ``yasgd
+run stopped by SIGTERM (checkpoint written) one line and status 143; a failed ``yasgd
+preflight`` check (the node, the build or the network) one line and status 3. What ``yasgd
 --help`` tells users is :data:`DESCRIPTION` and :data:`EPILOG`.
 """
 from __future__ import annotations
@@ -52,6 +53,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"yasgd: error: {sub + ': ' if sub else ''}{text} (see {self.prog} --help)\n")
 
 
+def _host_device() -> str:
+    """``gpu`` where ``nvidia-smi -L`` lists a GPU on this host, else ``cpu``."""
+    import shutil
+    import subprocess
+    if not shutil.which("nvidia-smi"):
+        return "cpu"
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "cpu"
+    return "gpu" if any(ln.startswith("GPU ") for ln in out.stdout.splitlines()) else "cpu"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="yasgd", description=DESCRIPTION, epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("config")
     c.add_argument("overrides", nargs="*", metavar="section.key=value")
     c.add_argument("--world-size", type=argtypes.integer(1), default=1, help="ranks (>= 1)")
+    c.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="what the ranks compute on, for the rules that depend on it "
+                        "(auto: gpu where nvidia-smi lists GPUs on this host, else cpu)")
 
     # Listed here for --help only: main() hands "yasgd launch ..." to yasgd.launch.main
     # before parsing, because its command after -- is not this parser's to read.
@@ -138,6 +155,12 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="results", help="results directory")
     b.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
 
+    pf = sub.add_parser("preflight", help="check every rank's node before training (GPUs, MXNet "
+                        "kernels, Horovod allreduce); run under the job's launcher")
+    pf.add_argument("--timeout", type=argtypes.positive("seconds"), default=120.0, metavar="S",
+                    help="end the check with an error when a rank has not finished after S "
+                         "seconds (default: 120)")
+
     pv = sub.add_parser("provenance", help="write provenance.json (environment, versions, git, hosts)")
     pv.add_argument("run_dir")
     pv.add_argument("--hostfile", default=None)
@@ -157,9 +180,13 @@ def _run(args: argparse.Namespace) -> int:
         from yasgd import config as config_mod
         cfg = config_mod.load(args.config, args.overrides)
         per_rank = config_mod.per_rank_batch(cfg, args.world_size)
+        device = args.device if args.device != "auto" else _host_device()
+        config_mod.check_device(cfg, device)
         import yaml
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
         print(f"# per-rank batch at world size {args.world_size}: {per_rank}")
+        print(f"# device: {device}; BN + ReLU fused: "
+              f"{str(config_mod.fused_bn_relu(cfg, device)).lower()}")
         return 0
     if args.command == "data":
         from yasgd.data import im2rec
@@ -217,6 +244,9 @@ def _run(args: argparse.Namespace) -> int:
         mod = importlib.import_module(f"yasgd.bench.{args.name}")
         mod.run(out_dir=args.out, quick=args.quick)
         return 0
+    if args.command == "preflight":
+        from yasgd import preflight
+        return preflight.main(timeout_s=args.timeout)
     if args.command == "provenance":
         from yasgd import provenance
         _check_out_dir(args.run_dir, "provenance RUN_DIR")

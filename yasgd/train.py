@@ -12,6 +12,7 @@ evaluation and at checkpoints; each is marked ``# SYNC``.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
@@ -137,6 +138,11 @@ def build(cfg, world) -> Setup:
             pdict, opt, compression="fp16" if cfg.comm.fp16_compression else "none",
             gradient_predivide_factor=cfg.comm.gradient_predivide_factor,
             num_groups=cfg.comm.num_groups, group_budget_bytes=cfg.comm.group_budget_bytes)
+    if world.is_root and world.size > 1 and isinstance(trainer, allreduce.DistributedTrainer):
+        from yasgd.preflight import fusion_guard
+        problem = fusion_guard(trainer.groups)   # one group = one allreduce, or say why not
+        if problem:
+            sys.stderr.write(f"yasgd: warning: {problem}\n")
     log = RunLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None,
                  world.is_root, cfg.train.progress)
     return Setup(cfg, world, ctx, net, trainer, LabelSmoothingCE(cfg.train.label_smoothing),

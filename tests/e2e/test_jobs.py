@@ -128,6 +128,9 @@ def check_run_dir(output: str, runs, scheduler: str, job_id: str, ranks: int = 2
     assert (job_dir / "exit_status").read_text().strip() == "0"
     # Every rank went through jobs/bind.sh.
     log = (job_dir / "job.log").read_text()
+    # Before the training, the job's preflight passed on every rank (rank 0's one line).
+    assert len(re.findall(rf"^\[preflight\] ok: {ranks} rank\(s\) on 1 host\(s\), cpu, "
+                          r"allreduce over MPI, [\d.]+ s$", log, re.M)) == 1, log[-3000:]
     for r in range(ranks):
         assert f"[bind] rank {r} local {r}/{ranks}" in log, log[-3000:]
     # The training's own run directory, inside the job's.

@@ -25,10 +25,12 @@ YASGD_CONFIG="${YASGD_CONFIG:-examples/configs/paper.yaml}"
 YASGD_RENDERED_ARGS=()
 # <<< yasgd jobs render
 
-# ABCI 3.0 software stack: HPC-X (OpenMPI + UCX), CUDA, NCCL.
-YASGD_MODULES="${YASGD_MODULES-hpcx cuda nccl}"
-
 cd "${PBS_O_WORKDIR:-$PWD}"
+# ABCI 3.0 software stack, versions pinned in one place (jobs/modules.sh): HPC-X (OpenMPI +
+# UCX), CUDA, cuDNN, NCCL.
+# shellcheck source=jobs/modules.sh
+. "$YASGD_HOME/jobs/modules.sh"
+YASGD_MODULES="${YASGD_MODULES-$YASGD_MODULES_ABCI3}"
 # shellcheck source=jobs/common.sh
 . "$YASGD_HOME/jobs/common.sh"
 # shellcheck source=jobs/lib.sh

@@ -25,8 +25,11 @@ YASGD_CONFIG="${YASGD_CONFIG:-examples/configs/paper.yaml}"
 YASGD_RENDERED_ARGS=()
 # <<< yasgd jobs render
 
-# ABCI 2019 software stack (Fujitsu's MLPerf v0.6 scripts loaded these).
-YASGD_MODULES="${YASGD_MODULES-cuda cudnn nccl openmpi}"
+# ABCI 2019 software stack (Fujitsu's MLPerf v0.6 scripts loaded these), versions pinned in
+# one place (jobs/modules.sh).
+# shellcheck source=jobs/modules.sh
+. "$YASGD_HOME/jobs/modules.sh"
+YASGD_MODULES="${YASGD_MODULES-$YASGD_MODULES_ABCI2019}"
 
 # shellcheck source=jobs/common.sh
 . "$YASGD_HOME/jobs/common.sh"
