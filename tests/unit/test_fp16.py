@@ -167,3 +167,19 @@ def test_the_step_creates_arrays_only_through_device_array(monkeypatch):
     step.train_step(s, batches, meter)
     assert callers, "the step made no array at all: the check would be empty"
     assert set(callers) == {"yasgd.hostcopy"}, callers
+
+
+def test_check_config_device_option():
+    """`yasgd check-config --device gpu`: the presets pass; fused BN + ReLU forced on is one
+    error line and exit 2."""
+    import subprocess
+    cmd = [sys.executable, "-m", "yasgd.cli", "check-config", "examples/configs/paper.yaml"]
+    gpu = ["--world-size", "2048", "--device", "gpu"]
+    ok = subprocess.run(cmd + gpu, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "# device: gpu; BN + ReLU fused: false" in ok.stdout
+    bad = subprocess.run(cmd + ["model.fused_bn_relu=true"] + gpu, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("yasgd: error: config key "
+                                                                 "model.fused_bn_relu=true")
