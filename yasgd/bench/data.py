@@ -19,6 +19,11 @@ Each loader runs one warm-up pass over the training set (not timed), then
 ``passes`` timed passes; the figure is the median. Batches are waited for
 (``wait_to_read``) so MXNet's asynchronous engine cannot hide work. Writes
 ``bench_data.json`` and ``bench_data.md`` (table + hardware) into ``out_dir``.
+
+Then, in the same run, the ImageNet-sized part (:mod:`yasgd.bench.data_imagenet`, key
+``imagenet_sized``): photo-like JPEGs of about 500 x 375 px and 110 kB through yasgd's
+loader on one core (train, val and decode-only images/s), and the cores per GPU that rate
+needs on the ABCI nodes.
 """
 from __future__ import annotations
 
@@ -186,6 +191,7 @@ def measure(folder: str, rec: str, passes: int, log=print) -> List[Dict[str, obj
 
 
 def run(out_dir: str, quick: bool = False) -> dict:
+    from yasgd.bench import data_imagenet
     from yasgd.data import im2rec
     from yasgd.data.testdata import make_imagenet_folder
     per_class = 50 if quick else 300
@@ -203,6 +209,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
         print(f"  {n} JPEGs of 64-160 px -> {IMAGE_SIZE} px crops, batch {BATCH}, "
               f"{THREADS} threads, median of {passes} passes after 1 warm-up pass")
         results = measure(folder, rec, passes)
+        imagenet_sized = data_imagenet.run(tmp, quick)
     by_name = {r["loader"]: r["images_per_s"] for r in results}
     ratio = by_name["yasgd RecordTrainLoader"] / by_name["gluon ImageFolderDataset+DataLoader"]
     report = {"bench": "data", "quick": quick, "hardware": hw,
@@ -211,7 +218,8 @@ def run(out_dir: str, quick: bool = False) -> dict:
                         "min_area": MIN_AREA, "passes": passes, "statistic": "median",
                         "warmup_passes": 1},
               "results": results,
-              "yasgd_vs_gluon_folder": round(ratio, 2)}
+              "yasgd_vs_gluon_folder": round(ratio, 2),
+              "imagenet_sized": imagenet_sized}
     with open(os.path.join(out_dir, "bench_data.json"), "w") as f:
         json.dump(report, f, indent=1)
     lines = [
@@ -228,6 +236,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
               f"Hardware: {hw['cpu']}, {hw['cores']} cores (1-min load average {hw['load_avg_1min']} "
               f"at start), OMP_NUM_THREADS={hw['omp_num_threads']}; Python {hw['python']}, "
               f"MXNet {hw['mxnet']}, NumPy {hw['numpy']}, OpenCV {hw['opencv']}; {hw['platform']}.", ""]
+    lines += data_imagenet.md_lines(imagenet_sized)
     with open(os.path.join(out_dir, "bench_data.md"), "w") as f:
         f.write("\n".join(lines))
     print(f"  yasgd / gluon ImageFolderDataset: {ratio:.2f}x")

@@ -37,10 +37,12 @@ from yasgd.bench.report_bench import (bench_acceptance, bench_allreduce, bench_i
                                       largebatch_reading, largebatch_results, make_test,
                                       make_train, paper_headline, reason_cma, reason_cycle,
                                       reason_guarded, reason_hybridize)
+from yasgd.bench.data_imagenet import loader_feeds_gpu
 from yasgd.bench.report_simulate import (prior_work, simulate_abci2019, simulate_abci3,
                                          simulate_constants, simulate_inputs,
                                          simulate_single_node, simulate_sweeps, simulate_tail,
                                          simulate_validation)
+from yasgd.wheelarch import render_block as mxnet_cuda_wheels
 
 RENDERERS: Dict[str, Callable[[Records], str]] = {
     "paper-headline": paper_headline, "make-train": make_train, "make-test": make_test,
@@ -49,6 +51,7 @@ RENDERERS: Dict[str, Callable[[Records], str]] = {
     "bench-allreduce": bench_allreduce, "bench-overlap": bench_overlap,
     "bench-init": bench_init, "bench-throughput": bench_throughput,
     "bench-reading": bench_reading, "data-loaders": data_loaders,
+    "loader-feeds-gpu": loader_feeds_gpu,
     "largebatch-results": largebatch_results, "largebatch-reading": largebatch_reading,
     "simulate-abci2019": simulate_abci2019, "simulate-abci3": simulate_abci3,
     "simulate-inputs": simulate_inputs, "simulate-single-node": simulate_single_node,
@@ -58,6 +61,7 @@ RENDERERS: Dict[str, Callable[[Records], str]] = {
     "prior-work": prior_work,
     "reason-hybridize": reason_hybridize, "reason-guarded": reason_guarded,
     "reason-cycle": reason_cycle, "reason-cma": reason_cma,
+    "mxnet-cuda-wheels": mxnet_cuda_wheels,
 }
 
 

@@ -116,3 +116,113 @@ def make_imagenet_folder(dst: str, per_class_train: int, per_class_val: int,
                    "sizes": [lo, hi], "seed": seed, "quality": quality,
                    "class_names": list(FASHION_CLASSES[:num_classes])}, f, indent=1)
     return dst
+
+
+# -- photo-like ImageNet-sized JPEGs (loader benchmarks at real decode cost) -------------
+#: (long side / short side, probability): ImageNet's common shapes, 4:3 the most frequent
+PHOTO_ASPECTS = ((4 / 3, 0.6), (3 / 2, 0.25), (5 / 4, 0.05), (1.0, 0.05), (16 / 9, 0.05))
+PHOTO_LONG_SIDE = 500       # most ImageNet photos are 500 px on their long side
+PHOTO_LONG_RANGE = (350, 640)  # the others (one in five here), drawn uniformly
+PHOTO_PORTRAIT = 0.25       # share of portrait orientation
+
+
+def _pink(rng: np.random.Generator, h: int, w: int, beta: float) -> np.ndarray:
+    """A zero-mean, unit-std field with amplitude spectrum 1/f^beta (beta 1: power 1/f^2,
+    the spectrum of natural images)."""
+    spec = np.fft.rfft2(rng.standard_normal((h, w), dtype=np.float32))
+    f = np.hypot(np.fft.fftfreq(h)[:, None], np.fft.rfftfreq(w)[None, :])
+    f[0, 0] = 1.0
+    spec *= f ** -beta
+    spec[0, 0] = 0.0
+    field = np.fft.irfft2(spec, s=(h, w)).astype(np.float32)
+    return field / (field.std() + 1e-6)
+
+
+def photo_size(rng: np.random.Generator) -> Tuple[int, int]:
+    """(width, height) of one photo: long side 500 (4 in 5) or in PHOTO_LONG_RANGE, an
+    ImageNet-like aspect ratio, portrait one time in four."""
+    long = PHOTO_LONG_SIDE if rng.random() < 0.8 else int(rng.integers(*PHOTO_LONG_RANGE,
+                                                                      endpoint=True))
+    ratios, probs = zip(*PHOTO_ASPECTS)
+    short = int(round(long / ratios[int(rng.choice(len(ratios), p=probs))]))
+    return (short, long) if rng.random() < PHOTO_PORTRAIT else (long, short)
+
+
+def photo(rng: np.random.Generator, w: int, h: int, grain: float = 10.0) -> np.ndarray:
+    """A BGR uint8 image with natural-image statistics: a 1/f^2 luminance field over a smooth
+    gradient, smoother colour fields, 3-8 occluding shapes (ellipses, polygons: sharp edges)
+    each with its own 1/f texture and colour, and sensor-like grain (std ``grain`` levels)."""
+    import cv2
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    angle = rng.uniform(0, 2 * np.pi)
+    ramp = np.cos(angle) * (xx / w - 0.5) + np.sin(angle) * (yy / h - 0.5)
+    ycc = np.stack([128 + 40 * _pink(rng, h, w, 1.0) + rng.uniform(20, 80) * ramp,
+                    rng.uniform(-20, 20) + 18 * _pink(rng, h, w, 1.3),
+                    rng.uniform(-20, 20) + 18 * _pink(rng, h, w, 1.3)], axis=-1)
+    textures = [_pink(rng, h, w, b) for b in (0.7, 1.0)]
+    for k in range(int(rng.integers(3, 9))):
+        mask = np.zeros((h, w), np.uint8)
+        if rng.random() < 0.5:
+            centre = (int(rng.uniform(0, w)), int(rng.uniform(0, h)))
+            axes = (int(rng.uniform(0.05, 0.35) * w), int(rng.uniform(0.05, 0.35) * h))
+            cv2.ellipse(mask, centre, axes, float(rng.uniform(0, 180)), 0, 360, 1, -1)
+        else:
+            pts = np.stack([rng.uniform(0, w, 5), rng.uniform(0, h, 5)], -1).astype(np.int32)
+            cv2.fillPoly(mask, [pts], 1)
+        inside = mask.astype(bool)
+        tex = np.roll(textures[k % 2], (int(rng.integers(h)), int(rng.integers(w))), (0, 1))[inside]
+        base = np.array([rng.uniform(40, 220), rng.uniform(-40, 40), rng.uniform(-40, 40)],
+                        np.float32)
+        ycc[inside] = base + np.stack([30 * tex, 5 * tex, 5 * tex], -1)
+    ycc[..., 0] += grain * rng.standard_normal((h, w), dtype=np.float32)
+    ycc[..., 1:] += 128
+    return cv2.cvtColor(np.clip(ycc, 0, 255).astype(np.uint8), cv2.COLOR_YCrCb2BGR)
+
+
+def make_photo_folder(dst: str, n_train: int, n_val: int, seed: int = 0, num_classes: int = 10,
+                      quality: int = 90, grain: float = 10.0) -> str:
+    """Write an ImageNet-layout folder of ImageNet-sized, photo-like JPEGs; return ``dst``.
+
+    ``n_train`` / ``n_val`` images, dealt round-robin into ``num_classes`` class folders,
+    each drawn by :func:`photo_size` and :func:`photo` from its own generator
+    ``default_rng([seed, split, k])`` and JPEG-encoded at ``quality`` (ImageNet's photos
+    are mostly quality 90-ish JPEGs of about 110 kB; these land near that mean, see
+    ``dst/photos.json``: ``mean_kb`` (1 kB = 1000 bytes) and ``mean_px`` per split). The
+    same arguments give the same files, byte for byte. OpenCV runs single-threaded meanwhile:
+    a process that forks later (``im2rec`` workers) must not inherit its thread pool.
+    """
+    import cv2
+    threads = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        return _write_photos(dst, n_train, n_val, seed, num_classes, quality, grain)
+    finally:
+        cv2.setNumThreads(threads)
+
+
+def _write_photos(dst: str, n_train: int, n_val: int, seed: int, num_classes: int, quality: int,
+                  grain: float) -> str:
+    import cv2
+    stats: Dict[str, Dict[str, float]] = {}
+    for s, (split, n) in enumerate((("train", n_train), ("val", n_val))):
+        nbytes, npx = [], []
+        for label in range(num_classes):
+            os.makedirs(os.path.join(dst, split, wnid(label)), exist_ok=True)
+        for k in range(n):
+            rng = np.random.default_rng([seed, s, k])
+            w, h = photo_size(rng)
+            ok, buf = cv2.imencode(".jpg", photo(rng, w, h, grain),
+                                   [int(cv2.IMWRITE_JPEG_QUALITY), quality])
+            assert ok
+            label = k % num_classes
+            buf.tofile(os.path.join(dst, split, wnid(label), f"{wnid(label)}_{split}_{k:05d}.JPEG"))
+            nbytes.append(buf.size)
+            npx.append(w * h)
+        stats[split] = {"images": n,
+                        "mean_kb": round(float(np.mean(nbytes)) / 1e3, 1) if n else 0.0,
+                        "mean_px": round(float(np.mean(npx))) if n else 0}
+    with open(os.path.join(dst, "photos.json"), "w") as f:
+        json.dump({"source": "synthetic photo-like (1/f^2 fields, shapes, grain)", "seed": seed,
+                   "quality": quality, "grain": grain, "classes": num_classes, **stats}, f,
+                  indent=1)
+    return dst
