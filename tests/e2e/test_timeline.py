@@ -15,12 +15,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 from collections import Counter
 
-import pytest
+from test_preflight import _run as run_bounded   # same folder: pytest puts it on sys.path
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS = 3
@@ -97,20 +95,8 @@ def test_each_allreduce_is_one_static_group(tmp_path):
                HOROVOD_CYCLE_TIME="5")
     cmd = [sys.executable, "-m", "yasgd.launch", "-np", "2", "--timeout", "150", "--",
            sys.executable, str(script), str(STEPS), str(BUDGET), str(groups_file)]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"2-rank run did not finish:\n{out[-3000:]}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert proc.returncode == 0, out[-3000:]
+    r = run_bounded(cmd, env, timeout=180)     # the 2-rank run, killed whole on timeout
+    assert r.returncode == 0, r.stdout[-3000:]
     sizes = json.loads(groups_file.read_text())
     assert len(sizes) >= 3 and max(sizes) > 1, sizes       # several groups, some fused
 
