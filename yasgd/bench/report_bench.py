@@ -213,6 +213,16 @@ def data_loaders(rec: Records) -> str:
         f"NumPy {hw['numpy']}, OpenCV {hw['opencv']}; {hw['platform']}."])
 
 
+def _groups_way(ar: dict, mb: int) -> str:
+    """The allreduce bench's label of yasgd's groups at a budget of ``mb`` MB (it carries the
+    number of groups the run made: ``yasgd groups 4 MB (31 groups)``)."""
+    prefix = f"yasgd groups {mb} MB ("
+    for r in ar["records"]:
+        if r["way"].startswith(prefix):
+            return r["way"]
+    raise KeyError(f"allreduce: no record of yasgd's groups at {mb} MB")
+
+
 def bench_reading(rec: Records) -> str:
     opt, ar, ov = rec.bench("optimizer"), rec.bench("allreduce"), rec.bench("overlap")
     ini, tp = rec.bench("init"), rec.bench("throughput")
@@ -223,7 +233,7 @@ def bench_reading(rec: Records) -> str:
 
     def a(setting, way):
         return _rec(ar, "way", way, setting=setting)["median_ms"]
-    y4 = a("yasgd", "yasgd groups 4 MB (23 groups)")
+    y4 = a("yasgd", _groups_way(ar, 4))
     hvd_def = a("horovod-default", "Horovod per-tensor async (its DistributedTrainer)")
     hvd_y = a("yasgd", "Horovod per-tensor async (its DistributedTrainer)")
     naive = a("horovod-default", "naive loop (per-tensor, each waited)")
@@ -349,7 +359,7 @@ def reason_cycle(rec: Records) -> str:
             f"Horovod's own trainer takes {a('horovod-default', hv):.1f} ms under Horovod's "
             f"defaults and {a('yasgd', hv):.1f} ms under the settings of `jobs/common.sh` "
             f"(fusion buffer off, `HOROVOD_CYCLE_TIME=5`); yasgd's 4 MiB groups take "
-            f"{a('yasgd', 'yasgd groups 4 MB (23 groups)'):.1f} ms. The price of a long cycle "
+            f"{a('yasgd', _groups_way(ar, 4)):.1f} ms. The price of a long cycle "
             f"is paid by code that waits for every tensor: the naive per-tensor loop takes "
             f"{a('horovod-default', nv):.1f} ms under the defaults and {a('yasgd', nv):.1f} ms "
             f"with the long cycle.")
@@ -357,7 +367,7 @@ def reason_cycle(rec: Records) -> str:
 
 def reason_cma(rec: Records) -> str:
     ar = rec.bench("allreduce")
-    y = _rec(ar, "way", "yasgd groups 4 MB (23 groups)", setting="yasgd")
+    y = _rec(ar, "way", _groups_way(ar, 4), setting="yasgd")
     copy = _rec(ar, "way", "memory copy of 102 MB (bound)", setting="yasgd")
     return (f"With single-copy shared memory on (this host allows it), yasgd's 4 MiB groups "
             f"sum ResNet-50's gradients over 2 ranks in {y['median_ms']:.1f} ms, "
