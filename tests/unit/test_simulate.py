@@ -153,13 +153,18 @@ def test_overlap_never_shorter_than_compute():
 
 
 def test_efficiency_at_most_one_and_non_increasing():
-    for preset in sim.PRESETS:
+    # non-increasing up to half a Horovod cycle: a group that finds the channel idle waits for
+    # the next poll (cycle / 2), one queued behind a longer collective does not, so more GPUs
+    # (longer collectives) can save at most that wait per iteration
+    for preset, p in sim.PRESETS.items():
         for alg in sim.ALGORITHMS:
-            eff = [sim.predict(preset=preset, gpus=n, batch=40 * n, algorithm=alg)["efficiency"]
-                   for n in (2 ** k for k in range(13))]
+            rs = [sim.predict(preset=preset, gpus=n, batch=40 * n, algorithm=alg)
+                  for n in (2 ** k for k in range(13))]
+            eff = [r["efficiency"] for r in rs]
             assert eff[0] == pytest.approx(1.0, rel=1e-12)
             assert all(e <= 1.0 + 1e-12 for e in eff)
-            assert all(b <= a + 1e-3 for a, b in zip(eff, eff[1:])), (preset, alg, eff)
+            assert all(b <= a * (1 + p.horovod_cycle_s / 2 / r["iteration_s"]) + 1e-3
+                       for a, b, r in zip(eff, eff[1:], rs[1:])), (preset, alg, eff)
 
 
 def test_time_to_train_is_steps_times_iteration_plus_fixed():

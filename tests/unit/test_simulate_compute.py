@@ -1,7 +1,9 @@
 """The per-GPU step line of ``yasgd simulate`` and where its constants come from.
 
-* the shape h: the relative least-squares line of the published per-batch table (closed form on
-  exact lines to 1e-9; the published V100 table's h recomputed with NumPy to 1e-9);
+* the shape h: the relative least-squares line of the published per-batch inference table times
+  the training-to-inference ratio of h of MXNet's published V100 training/scoring pair (closed
+  form on exact lines to 1e-9; the published tables' h and the ratio recomputed with NumPy to
+  1e-9);
 * the per-GPU constant c: each preset's single-node MLPerf log (examples/results/mlperf_logs.json)
   is reproduced by the model run on that one node within 5 % - an in-sample check (the log set c);
 * continuity: t(b) is one line, so from b to b + 1 the per-GPU rate moves by exactly
@@ -47,13 +49,30 @@ def _lstsq_h(table):
 
 
 def test_shape_h_from_the_published_tables():
-    assert presets.SHAPE_H == pytest.approx(_lstsq_h(presets.V100_INFER), rel=1e-9)
-    assert presets.SHAPE_H_A100 == pytest.approx(_lstsq_h(presets.A100_INFER), rel=1e-9)
-    assert 8.5 < presets.SHAPE_H < 9.5 and 11.0 < presets.SHAPE_H_A100 < 12.0
+    # training h / inference h of the MXNet FAQ's V100 pair, over the batches both publish
+    train = presets.MXNET_FAQ_V100_TRAIN
+    common = {b for b, _ in train}
+    score = tuple((b, x) for b, x in presets.MXNET_FAQ_V100_SCORE if b in common)
+    ratio = _lstsq_h(train) / _lstsq_h(score)
+    assert presets.TRAIN_TO_INFER_H == pytest.approx(ratio, rel=1e-9)
+    assert 1.46 < ratio < 1.48 and [b for b, _ in score] == [1, 2, 4, 8, 16, 32, 64, 128]
+    assert presets.SHAPE_H_INFER == pytest.approx(_lstsq_h(presets.V100_INFER), rel=1e-9)
+    assert presets.SHAPE_H_INFER_A100 == pytest.approx(_lstsq_h(presets.A100_INFER), rel=1e-9)
+    assert 8.5 < presets.SHAPE_H_INFER < 9.5 and 11.0 < presets.SHAPE_H_INFER_A100 < 12.0
+    assert presets.SHAPE_H == pytest.approx(presets.SHAPE_H_INFER * ratio, rel=1e-9)
+    assert presets.SHAPE_H_A100 == pytest.approx(presets.SHAPE_H_INFER_A100 * ratio, rel=1e-9)
     # V100 presets: the V100 mxnet-19.07 table; H100 and H200: the A100 mxnet-20.12 table
     for name, p in sim.PRESETS.items():
         want = presets.SHAPE_H_A100 if name in ("dgxh100", "abci3") else presets.SHAPE_H
         assert p.shape_h == want, name
+
+
+def test_train_to_infer_h_of_exact_lines():
+    # training line t0 = 3 ms + 1 ms/img (h = 3), inference 1 ms + 0.5 ms/img (h = 2): ratio 1.5;
+    # only the batches both tables publish count
+    train = tuple((b, b / (3e-3 + 1e-3 * b)) for b in (1, 2, 4, 8, 16, 32))
+    infer = tuple((b, b / (1e-3 + 5e-4 * b)) for b in (1, 2, 4, 8, 16, 32)) + ((64, 1.0),)
+    assert sim.train_to_infer_h(train, infer) == pytest.approx(1.5, rel=1e-9)
 
 
 def test_single_node_overheads_are_the_recorded_logs():

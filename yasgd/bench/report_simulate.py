@@ -29,14 +29,16 @@ def simulate_abci3(rec: Records) -> str:
 
 
 def simulate_inputs(rec: Records) -> str:
+    from yasgd.simulate import presets
     sim, p = _sim(), rec.json("paper.json")["yasgd"]
     pre = sim.PRESETS["abci2019"]
     b = p["batch"] // p["gpus"]
     s = pre.single_node[0]
     r = sim.predict(preset="abci2019", gpus=p["gpus"], batch=p["batch"], epochs=90)
     rows = [["per-GPU batch b", f"{b}"],
-            ["shape h (least-squares line of the fp16 V100 inference table)",
-             f"{pre.shape_h:.2f} images"],
+            [f"shape h (least-squares line of the fp16 V100 inference table, "
+             f"{presets.SHAPE_H_INFER:.2f}, x {presets.TRAIN_TO_INFER_H:.2f} training over "
+             f"inference h of MXNet's V100 tables)", f"{pre.shape_h:.2f} images"],
             [f"per-image time c (single-node log, MLPerf {s.mlperf_round}, {s.gpus} GPUs x "
              f"{s.per_gpu_batch}, {s.iteration_s * 1e3:.2f} ms per iteration)",
              f"{sim.per_image_s(pre) * 1e3:.4f} ms"],
@@ -108,7 +110,18 @@ def simulate_validation(rec: Records) -> str:
             f"{s['median_images_per_s'] * 100:.1f} %, worst {s['worst_images_per_s'] * 100:.1f} %;"
             f" on time to train median {s['median_time'] * 100:.1f} %, worst "
             f"{s['worst_time'] * 100:.1f} %; {s['within_15']} of {s['cases']} within 15 % on "
-            f"both.\n\n" + "\n".join(notes))
+            f"both.\n\n" + _readings() + "\n\n" + "\n".join(notes))
+
+
+def _readings() -> str:
+    """The summary under each published reading of the training-to-inference ratio of h."""
+    from yasgd.simulate import validate
+    parts = [f"{r['reading']} ({r['ratio']:.2f}): median {r['median_images_per_s'] * 100:.1f} % "
+             f"/ {r['median_time'] * 100:.1f} %, worst {r['worst_images_per_s'] * 100:.1f} % / "
+             f"{r['worst_time'] * 100:.1f} %, {r['within_15']} of {r['cases']} within 15 %"
+             for r in validate.readings_of_the_ratio()]
+    return ("The same table under each reading of the training-to-inference ratio of h "
+            "(|error| on images/s / on time to train): " + "; ".join(parts) + ".")
 
 
 def simulate_tail(rec: Records) -> str:

@@ -7,7 +7,7 @@ lock-step), :mod:`~yasgd.simulate.presets` (the systems, every constant sourced)
 and :mod:`~yasgd.simulate.output` (sweeps, PNG, text, JSON).
 """
 from yasgd.simulate.compute import (fixed_cost_images, lockstep_factor, per_image_cost,  # noqa
-                                    step_cv, step_time)
+                                    step_cv, step_time, train_to_infer_h)
 from yasgd.simulate.model import (DEFAULT_BUDGET, GROUPINGS, IMAGENET_TRAIN,  # noqa: F401
                                   IMAGENET_VAL, iteration, lockstep, per_gpu_throughput,
                                   per_image_s, predict, update_s)

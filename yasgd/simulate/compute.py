@@ -2,8 +2,10 @@
 
     t(b) = c (h + b)        one straight line in the per-GPU batch b (no jump at any batch):
                             h (images) = t0 / c, the batch whose per-image time equals the
-                            step's fixed time, from a least-squares line through a published
-                            per-batch table; c (s per image) from a single-node MLPerf log:
+                            step's fixed time: the least-squares line through a published
+                            per-batch inference table, times the ratio of training h to
+                            inference h of a published pair of per-batch training and inference
+                            tables of one build; c (s per image) from a single-node MLPerf log:
                             c = t_log / (L(g) (h + b_log)), the log's iteration at its per-GPU
                             batch b_log on g GPUs in lock-step
     L(N) = 1 + E[max over N ranks of (U + G)]   U ~ uniform GPU-to-GPU speed spread,
@@ -32,6 +34,17 @@ def fixed_cost_images(curve: Sequence[Tuple[int, float]]) -> float:
     t0 = (s1t * sbb - sbt * s1b) / det
     c = (s11 * sbt - s1b * s1t) / det
     return t0 / c if c > 0 and t0 > 0 else 0.0
+
+
+def train_to_infer_h(train: Sequence[Tuple[int, float]],
+                     infer: Sequence[Tuple[int, float]]) -> float:
+    """Training h over inference h of one build's published per-batch training and inference
+    (scoring) tables, each by :func:`fixed_cost_images` over the batches both tables publish (the
+    same batches weigh the same in both lines)."""
+    common = {b for b, _ in train} & {b for b, _ in infer}
+    h_train = fixed_cost_images([(b, x) for b, x in train if b in common])
+    h_infer = fixed_cost_images([(b, x) for b, x in infer if b in common])
+    return h_train / h_infer if h_infer > 0 else 1.0
 
 
 def step_time(per_gpu_batch: float, per_image_s: float, h: float) -> float:
