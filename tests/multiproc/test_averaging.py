@@ -146,27 +146,29 @@ def _grads_from(params, values):
 
 @pytest.mark.parametrize("compression", ["none", "fp16"])
 def test_predivide_factor_keeps_the_average_and_the_fp16_range(world, compression):
-    """Rank r contributes (r + 1) x G. After the allreduce the buffers hold sum / f, and the
-    update divides by batch x ranks / f: the same SGD step for every f (closed form). With
-    fp16 on the wire and G near float16's largest value, f = 1 overflows the sum on more than
-    one rank, f = ranks does not."""
+    """Rank r contributes w_r x G (w_r = r + 1 in fp32; w_r = 1 with fp16 on the wire, each
+    rank's value then fits float16 and only the sum can overflow). After the allreduce the
+    buffers hold sum / f, and the update divides by batch x ranks / f: the same SGD step for
+    every f (closed form). With fp16 on the wire and G near float16's largest value, f = 1
+    overflows the sum on more than one rank, f = ranks does not. Valid at any world size."""
     n, r = world.size, world.rank
-    big = 30000.0 if compression == "fp16" else 1.5
-    G = np.array([big, -big / 2, 1.0], dtype=np.float32)
-    mean = G * (n + 1) / 2                       # mean over ranks of (r + 1) G
-    for f in (1.0, 4.0, float(n)):
-        net = mx.gluon.nn.Dense(3, in_units=1, use_bias=False, prefix=f"pd{int(f)}{compression}_")
+    fp16 = compression == "fp16"
+    G = np.array([40000.0, -20000.0, 1.0] if fp16 else [1.5, -0.75, 1.0], dtype=np.float32)
+    w = np.ones(n) if fp16 else np.arange(1, n + 1, dtype=np.float64)
+    total, mean = G * w.sum(), G * w.mean()
+    for f in ((1.0, float(n)) if fp16 else (1.0, 4.0, float(n))):
+        tag = f"pd{int(f)}{compression}"
+        net = mx.gluon.nn.Dense(3, in_units=1, use_bias=False, prefix=f"{tag}_")
         net.initialize(mx.init.Constant(1.0))
         params = list(net.collect_params().values())
         tr = allreduce.DistributedTrainer(net.collect_params(), "sgd",
                                           {"learning_rate": 1e-5, "wd": 0.0},
                                           compression=compression, gradient_predivide_factor=f,
-                                          prefix=f"pd{int(f)}{compression}.")
-        _grads_from(params, [(r + 1) * G.reshape(3, 1)])
+                                          prefix=f"{tag}.")
+        _grads_from(params, [w[r] * G.reshape(3, 1)])
         tr.allreduce_grads()
         buf = params[0].grad().asnumpy().ravel()
-        total = G * n * (n + 1) / 2
-        if compression == "fp16" and f == 1.0 and n > 1:
+        if fp16 and f == 1.0 and n > 1:
             assert not np.isfinite(buf).all(), "the float16 sum should overflow without predivide"
             continue
         np.testing.assert_allclose(buf, total / (f if n > 1 else 1.0), rtol=1e-3)
