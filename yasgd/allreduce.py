@@ -23,15 +23,10 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Union
 
 import mxnet as mx
-import numpy as np
 
-from yasgd.grouping import DEFAULT_BUDGET_BYTES, group_indices
+from yasgd.grouping import DEFAULT_BUDGET_BYTES, group_indices, tensor_bytes
 
 __all__ = ["DEFAULT_BUDGET_BYTES", "group_params", "DistributedTrainer", "horovod_trainer"]
-
-
-def _nbytes(p) -> int:
-    return int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
 
 
 def _layer(p) -> str:
@@ -59,7 +54,7 @@ def group_params(params: Union[Sequence, Dict], budget_bytes: int = DEFAULT_BUDG
     backward = [p for p in reversed(plist) if p.grad_req != "null"]
     if not backward:
         return []
-    groups = group_indices([_nbytes(p) for p in backward], budget_bytes=budget_bytes,
+    groups = group_indices([tensor_bytes(p) for p in backward], budget_bytes=budget_bytes,
                            num_groups=num_groups, layers=[_layer(p) for p in backward])
     return [[backward[i] for i in g] for g in groups]
 

@@ -55,15 +55,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _host_device() -> str:
     """``gpu`` where ``nvidia-smi -L`` lists a GPU on this host, else ``cpu``."""
-    import shutil
-    import subprocess
-    if not shutil.which("nvidia-smi"):
-        return "cpu"
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "cpu"
-    return "gpu" if any(ln.startswith("GPU ") for ln in out.stdout.splitlines()) else "cpu"
+    from yasgd.preflight import listed_gpus
+    return "gpu" if listed_gpus() > 0 else "cpu"
 
 
 def _parser() -> argparse.ArgumentParser:

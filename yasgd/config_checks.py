@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
 __all__ = ["Check", "Int", "Float", "Bool", "OneOf", "Line", "Name", "ModelName", "Seconds",
            "INT64_MAX", "BOTTLENECK_DEPTHS", "BASIC_DEPTHS", "model_depth"]
@@ -165,39 +165,39 @@ class ModelName(Check):
 
 
 @dataclass(frozen=True)
-class Seconds(Check):
-    """``auto`` or a finite number of seconds >= 0, kept as text (``0`` = off)."""
+class WordsOrNumber(Check):
+    """One of ``words``, or a finite number >= ``ge``, kept as text."""
+    words: Tuple[str, ...] = ()
+    ge: float = 0.0
     typ = str
 
     def ok(self, value: Any) -> bool:
         if not isinstance(value, str):
             return False
-        if value == "auto":
+        if value in self.words:
             return True
         try:
             x = float(value)
         except ValueError:
             return False
-        return math.isfinite(x) and x >= 0
+        return math.isfinite(x) and x >= self.ge
+
+
+@dataclass(frozen=True)
+class Seconds(WordsOrNumber):
+    """``auto`` or a finite number of seconds >= 0 (``0`` = off)."""
+    words: Tuple[str, ...] = ("auto",)
+    ge: float = 0.0
 
     def describe(self) -> str:
         return "auto or a finite number of seconds >= 0 (0 = off)"
 
 
-class LossScale(Check):
-    """``none``, ``dynamic`` or a finite static loss scale >= 1, kept as text."""
-    typ = str
-
-    def ok(self, value: Any) -> bool:
-        if not isinstance(value, str):
-            return False
-        if value in ("none", "dynamic"):
-            return True
-        try:
-            x = float(value)
-        except ValueError:
-            return False
-        return math.isfinite(x) and x >= 1
+@dataclass(frozen=True)
+class LossScale(WordsOrNumber):
+    """``none``, ``dynamic`` or a finite static loss scale >= 1."""
+    words: Tuple[str, ...] = ("none", "dynamic")
+    ge: float = 1.0
 
     def describe(self) -> str:
         return "none, dynamic or a finite static loss scale >= 1"

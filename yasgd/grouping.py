@@ -26,6 +26,13 @@ import numpy as np
 DEFAULT_BUDGET_BYTES = 4 << 20
 
 
+def tensor_bytes(tensor) -> int:
+    """Bytes of a tensor (a Gluon parameter or an NDArray: shape and dtype), or a byte count."""
+    if isinstance(tensor, int):
+        return tensor
+    return int(np.prod(tensor.shape)) * np.dtype(tensor.dtype).itemsize
+
+
 def budget_bounds(sizes: Sequence[int], budget_bytes: int = DEFAULT_BUDGET_BYTES
                   ) -> List[Tuple[int, int]]:
     """[begin, end) index ranges of the greedy budget split of ``sizes`` (bytes, in backward

@@ -240,18 +240,12 @@ def main(timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
 
 
 # -- the Horovod settings of GPU hosts, checked at run time ----------------------------------
-def _nbytes(tensor) -> int:
-    if isinstance(tensor, int):
-        return tensor
-    import numpy as np
-    return int(np.prod(tensor.shape)) * np.dtype(tensor.dtype).itemsize
-
-
 def padded_group_bytes(group: Sequence) -> int:
     """Bytes a group takes in Horovod's fusion buffer: each tensor (a Gluon parameter, an
     NDArray or a byte count) rounded up to :data:`HOROVOD_TENSOR_PADDING` bytes."""
+    from yasgd.grouping import tensor_bytes
     pad = HOROVOD_TENSOR_PADDING
-    return sum((_nbytes(t) + pad - 1) // pad * pad for t in group)
+    return sum((tensor_bytes(t) + pad - 1) // pad * pad for t in group)
 
 
 def largest_padded_group(groups: Sequence[Sequence]) -> int:

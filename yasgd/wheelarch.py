@@ -182,16 +182,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     d = sub.add_parser("describe", help="which wheels run on a compute capability")
     d.add_argument("cc", nargs="+")
     args = ap.parse_args(argv)
-    if args.cmd == "describe":
-        for cc in args.cc:
-            print(describe(cc))
-        return 0
-    text = json.dumps(inspect(args.wheels, args.cuobjdump, args.package), indent=1) + "\n"
-    if args.out == "-":
-        sys.stdout.write(text)
-    else:
-        with open(args.out, "w") as f:
-            f.write(text)
+    try:
+        if args.cmd == "describe":
+            for cc in args.cc:
+                print(describe(cc))
+            return 0
+        text = json.dumps(inspect(args.wheels, args.cuobjdump, args.package), indent=1) + "\n"
+        if args.out == "-":
+            sys.stdout.write(text)
+        else:
+            with open(args.out, "w") as f:
+                f.write(text)
+    except (ValueError, KeyError, OSError, RuntimeError, zipfile.BadZipFile) as e:
+        # a bad capability, a missing or damaged wheel, no cuobjdump: one line, status 2
+        sys.stderr.write(f"yasgd: error: wheelarch {args.cmd}: {e}\n")
+        return 2
     return 0
 
 

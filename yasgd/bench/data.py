@@ -33,8 +33,9 @@ import re
 import statistics
 import sys
 import tempfile
-import time
 from typing import Callable, Dict, List
+
+from yasgd.bench.timing import epoch_passes, time_pass
 
 IMAGE_SIZE = 224
 BATCH = 32
@@ -99,13 +100,7 @@ def _loaders(folder: str, rec: str, notes: Dict[str, str]) -> Dict[str, Callable
         loader = RecordTrainLoader(os.path.join(rec, "train"), rank=0, size=1, batch_size=BATCH,
                                    ctx=mx.cpu(), seed=0, num_classes=10, image_size=IMAGE_SIZE,
                                    min_area=MIN_AREA, flip=True, threads=threads)
-        epoch = [0]
-
-        def one_pass():
-            loader.set_epoch(epoch[0])
-            epoch[0] += 1
-            return iter(loader)
-        return one_pass
+        return epoch_passes(loader)
 
     def gluon_folder():
         ds = gluon.data.vision.ImageFolderDataset(os.path.join(folder, "train"))
@@ -159,25 +154,15 @@ def _loaders(folder: str, rec: str, notes: Dict[str, str]) -> Dict[str, Callable
             "yasgd RecordTrainLoader, 1 thread": lambda: yasgd_loader(threads=1)}
 
 
-def _time_pass(make_iter) -> tuple:
-    t0 = time.perf_counter()
-    n = 0
-    for batch in make_iter():
-        data = batch[0]
-        data.wait_to_read()
-        n += data.shape[0]
-    return n, time.perf_counter() - t0
-
-
 def measure(folder: str, rec: str, passes: int, log=print) -> List[Dict[str, object]]:
     results = []
     notes: Dict[str, str] = {}
     for name, factory in _loaders(folder, rec, notes).items():
         make_iter = factory()
-        n_warm, t_warm = _time_pass(make_iter)
+        n_warm, t_warm = time_pass(make_iter)
         rates, images = [], 0
         for _ in range(passes):
-            n, t = _time_pass(make_iter)
+            n, t = time_pass(make_iter)
             rates.append(n / t)
             images = n
         med = statistics.median(rates)

@@ -107,17 +107,11 @@ def _rates(one_pass: Callable[[], int], passes: int) -> List[float]:
 
 
 def _loader_pass(loader) -> Callable[[], int]:
-    epoch = [0]
-
-    def one_pass() -> int:
-        loader.set_epoch(epoch[0])
-        epoch[0] += 1
-        n = 0
-        for data, _ in loader:
-            data.wait_to_read()
-            n += data.shape[0]
-        return n
-    return one_pass
+    """One epoch of ``loader`` per call, every batch waited for; returns the images
+    (the Fashion-MNIST part's pass: :mod:`yasgd.bench.timing`)."""
+    from yasgd.bench.timing import epoch_passes, time_pass
+    make_iter = epoch_passes(loader)
+    return lambda: time_pass(make_iter)[0]
 
 
 def measure(prefix: str, prefix_256: str, passes: int = PASSES) -> Dict[str, List[float]]:

@@ -80,3 +80,26 @@ def slowest_rank_ms(comm, times: Dict[str, "Timing"], digits: int = 2) -> Option
         out[k] = {"median_ms": round(statistics.median(worst) * 1e3, digits),
                   "samples_ms": [round(s * 1e3, digits) for s in worst]}
     return out
+
+
+# -- data loaders: one pass = one epoch, every batch waited for ---------------------------
+def epoch_passes(loader) -> Callable[[], object]:
+    """A pass factory for a yasgd loader: each call starts its next epoch and iterates it."""
+    epoch = [0]
+
+    def one_pass():
+        loader.set_epoch(epoch[0])
+        epoch[0] += 1
+        return iter(loader)
+    return one_pass
+
+
+def time_pass(make_iter) -> tuple:
+    """(images, seconds) of one pass over ``make_iter()``: every batch's data waited for."""
+    t0 = time.perf_counter()
+    n = 0
+    for batch in make_iter():
+        data = batch[0]
+        data.wait_to_read()
+        n += data.shape[0]
+    return n, time.perf_counter() - t0
