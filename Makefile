@@ -8,7 +8,7 @@ YASGD := $(VENV)/bin/yasgd
 NP ?= 2
 CONFIG ?= examples/configs/demo.yaml
 OUT ?= results
-BENCHES := optimizer allreduce init overlap throughput data largebatch
+BENCHES := optimizer allreduce init overlap throughput data largebatch ablation
 BENCH_TARGETS := $(addprefix bench-,$(BENCHES))
 # Launch N ranks on this host: root needs --allow-run-as-root, more ranks than
 # cores need --oversubscribe; each rank gets one OpenMP thread; the launcher
@@ -54,7 +54,7 @@ cluster-rehearsal: install
 # a static pattern rule: make skips implicit-rule search for .PHONY targets, so a plain
 # `bench-%:` pattern would never run for them
 $(BENCH_TARGETS): bench-%: install
-	$(YASGD) bench $* --out $(OUT) $(if $(QUICK),--quick,)
+	$(YASGD) bench $* --out $(OUT) $(if $(QUICK),--quick,) $(BENCH_ARGS)
 
 bench: install
 	for b in $(BENCHES); do \

@@ -20,7 +20,9 @@ from typing import List, Optional
 
 from yasgd import UsageError, argtypes
 
-BENCHES = ("optimizer", "allreduce", "init", "throughput", "data", "largebatch", "overlap")
+BENCHES = ("optimizer", "allreduce", "init", "throughput", "data", "largebatch", "overlap",
+           "ablation")
+STUDY_BENCHES = ("largebatch", "ablation")   # the cached training studies
 
 DESCRIPTION = """\
 yasgd trains ResNet-50 at large mini-batches with LARS, data-parallel over MPI ranks
@@ -147,6 +149,15 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("name", choices=BENCHES)
     b.add_argument("--out", default="results", help="results directory")
     b.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
+    st = b.add_argument_group("largebatch and ablation (cached training studies)")
+    st.add_argument("--jobs", type=argtypes.integer(1, "runs"), default=None,
+                    help="runs side by side, one process each (default 2)")
+    st.add_argument("--arms", default=None, help="comma-separated arm names (default: all)")
+    st.add_argument("--max-runs", type=argtypes.integer(0, "runs"), default=None, metavar="N",
+                    help="start at most N runs in this sitting")
+    st.add_argument("--stop-after", type=argtypes.positive("minutes"), default=None,
+                    metavar="MIN", help="start no run after MIN minutes (runs in flight finish)")
+    st.add_argument("--cache", default=None, help="result cache folder (default OUT/runs_cache)")
 
     pf = sub.add_parser("preflight", help="check every rank's node before training (GPUs, MXNet "
                         "kernels, Horovod allreduce); run under the job's launcher")
@@ -234,8 +245,17 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "bench":
         import importlib
         _check_out_dir(args.out, "bench --out")
+        study = {k: getattr(args, k) for k in ("jobs", "arms", "max_runs", "stop_after", "cache")
+                 if getattr(args, k) is not None}
+        if study and args.name not in STUDY_BENCHES:
+            raise UsageError(f"bench {args.name}: --{next(iter(study)).replace('_', '-')} "
+                             f"applies to bench {' and '.join(STUDY_BENCHES)} only")
+        if "arms" in study:
+            study["arms"] = [a for a in study["arms"].split(",") if a.strip()]
+        if "cache" in study:
+            _check_out_dir(study["cache"], "bench --cache")
         mod = importlib.import_module(f"yasgd.bench.{args.name}")
-        mod.run(out_dir=args.out, quick=args.quick)
+        mod.run(out_dir=args.out, quick=args.quick, **study)
         return 0
     if args.command == "preflight":
         from yasgd import preflight

@@ -84,6 +84,10 @@ class DataCfg:
     polish_min_area: float = key(0.999, Float(gt=0.0, le=1.0))
     threads: int = key(2, Int(1))            # decoding threads (recordio)
     limit: int = key(0, Int(0))              # use only the first N training samples (0 = all)
+    # what evaluation reads: the test set, or (fashion_mnist) the training images after the
+    # first data.limit, a validation split never trained on
+    eval_set: str = key("test", OneOf(("test", "holdout")))
+    eval_limit: int = key(0, Int(0))         # fashion_mnist: evaluate the first N only (0 = all)
     synthetic_samples: int = key(4096, Int(1))
 
 
@@ -314,6 +318,12 @@ def check_values(cfg: Config) -> None:
     if d.polish_epochs > t.epochs:
         raise UsageError(f"config key data.polish_epochs must be in [0, train.epochs={t.epochs}], "
                          f"got {d.polish_epochs}")
+    if d.eval_set == "holdout" and (d.kind != "fashion_mnist" or not d.limit):
+        raise UsageError("config key data.eval_set=holdout needs data.kind=fashion_mnist and "
+                         "data.limit > 0 (the held-out images are those after the first "
+                         "data.limit)")
+    if d.eval_limit and d.kind != "fashion_mnist":
+        raise UsageError("config key data.eval_limit needs data.kind=fashion_mnist")
     if d.kind == "recordio" and d.val_resize < d.image_size:
         raise UsageError(f"config key data.val_resize ({d.val_resize}) must be >= data.image_size "
                          f"({d.image_size}): the validation crop is cut from the resized image")

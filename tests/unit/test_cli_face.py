@@ -53,3 +53,22 @@ def test_launch_argument_errors_are_one_line(name, args, message):
     assert rc == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("yasgd: error: launch: "), err
     assert message in err and f"(see {name} --help)" in err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["optimizer", "--arms", "x"], "bench optimizer: --arms applies to bench largebatch and "
+                                   "ablation only"),
+    (["init", "--max-runs", "1"], "bench init: --max-runs applies to bench largebatch"),
+    (["ablation", "--arms", "nope"], "--arms: unknown arm(s) nope (known: baseline, lars-8k,"),
+    (["largebatch", "--arms", "baseline,no-warmup"], "--arms: unknown arm(s) no-warmup"),
+    (["ablation", "--jobs", "0"], "argument --jobs: must be an integer number of runs >= 1"),
+    (["largebatch", "--stop-after", "nan"], "argument --stop-after: must be a finite number"),
+    (["ablation", "--max-runs", "-1"], "argument --max-runs: must be an integer number of runs"),
+])
+def test_study_bench_argument_errors_are_one_line(tmp_path, args, message):
+    """Bad options of the training benches: one line, exit 2, nothing trained or written."""
+    out = tmp_path / "out"
+    rc, stdout, err = _run(YASGD, "bench", *args, "--out", str(out))
+    assert rc == 2 and err.startswith("yasgd: error: ") and err.count("\n") == 1, err
+    assert message in err, err
+    assert not out.exists() or not any(out.iterdir())

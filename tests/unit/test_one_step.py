@@ -7,12 +7,11 @@ stepped, and nothing else touches that counter; each benchmark worker writes, pe
 arm, the counter of its run after the timing (``runs[arm]["steps"]``). A timed arm that
 stepped some other way, or more than once per timed call, would not read
 ``warmup + repeats``. The workers run as the benchmarks run them (the throughput and
-overlap workers as their own process, one rank, Horovod started; the large-batch workers
-in this process), at the smallest sizes.
+overlap workers as their own process, one rank, Horovod started; the training benches'
+worker in this process), at the smallest sizes.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import pytest
@@ -105,37 +104,29 @@ def captured_builds(monkeypatch):
     return built
 
 
-def test_largebatch_reports_the_bn_momentum_the_network_held(tmp_path, captured_builds):
-    """A grid point of the recipe with accumulation (2 micro-batches of 512 per step): the
-    reported BN momentum is the one every BatchNorm layer of the trained network held --
-    from the BN updates per epoch (micro-batches), not from the optimizer steps -- and
-    every step of the run was a train_step."""
+def test_study_run_reports_what_the_network_held(tmp_path, captured_builds):
+    """A run of the recipe with accumulation (2 micro-batches of 512 per step), as the
+    training benches run it (yasgd.bench.study_worker): the reported BN momentum is the one
+    every BatchNorm layer of the trained network held -- from the BN updates per epoch
+    (micro-batches), not from the optimizer steps -- every step was a train_step, the
+    validation figure is the one fit evaluated on the held-out images and the test figure a
+    second evaluation of the same network on the test set."""
     from yasgd import model
-    from yasgd.bench import largebatch as lb
-    scale = dataclasses.replace(lb.QUICK, batches=(1024,), epochs=1, limit=2048, width=4,
-                                warmup_epochs=0.5, baseline_lrs=(), sgd_base_lrs=(),
-                                lars_cs=(8.0,))
-    spec = next(s for s in lb.plan(scale, str(tmp_path / "runs")) if s.arm == "lars")
-    assert spec.accumulate == 2
-    spec_path, result = str(tmp_path / "spec.json"), str(tmp_path / "result.json")
-    common.write_json(spec_path, spec.to_dict())
-    lb.worker_train(spec_path, result)
-    res = common.read_json(result)
+    from yasgd.bench import study, study_plan, study_worker
+    arm = next(a for a in study_plan.ablation_arms(study_plan.QUICK) if a.name == "lars-1k")
+    run = study.Run(arm, arm.factors[0], 0)
+    res = study_worker.train_run(study_plan.overrides(study_plan.QUICK, run, str(tmp_path)))
     (s,) = captured_builds
+    assert s.cfg.train.accumulate == 2
     held = _bn_momenta_in(s.net)
     assert held and len(set(held)) == 1
     assert res["bn_momentum"] == held[0]
     assert held[0] == model.bn_momentum_for(len(s.train_loader))      # micro-batches per epoch
     assert held[0] != model.bn_momentum_for(s.steps_per_epoch)        # not optimizer steps
-    assert res["steps"] == res["train_steps"] == s.steps_run == spec.steps_per_epoch
+    assert res["steps"] == res["train_steps"] == s.steps_run == 2 * s.steps_per_epoch
+    assert res["curve"][-1]["val_top1"] == res["val_top1"]
+    from yasgd.data import fashion_mnist             # the last evaluation read the test set
+    test_x = fashion_mnist.load(s.cfg.data.root, "test")[0][:s.cfg.data.eval_limit]
+    assert len(test_x) == 2000 and (s.val_loader.images == test_x).all()
+    assert res["code"]["yasgd.bench.study_worker"] and res["code"]["yasgd.train"]
 
-
-def test_largebatch_calibration_times_train_step(tmp_path, captured_builds):
-    """The calibration's warm-up and timed steps run yasgd.train.train_epoch, whose every
-    step is a train_step."""
-    from yasgd.bench import largebatch as lb
-    result = str(tmp_path / "cal.json")
-    lb.worker_calibrate(4, "resnet8", result, started=0.0, steps=1)
-    res = common.read_json(result)
-    (s,) = captured_builds
-    assert res["train_steps"] == s.steps_run == 1 + 1    # warm-up + timed

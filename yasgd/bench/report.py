@@ -34,10 +34,11 @@ from yasgd.bench.report_util import (BEGIN, BLOCK, DEFAULT_RESULTS, DOC_GLOBS, R
 from yasgd.bench.report_bench import (bench_acceptance, bench_allreduce, bench_init,
                                       bench_optimizer, bench_overlap, bench_reading,
                                       bench_throughput, data_loaders, headline_results,
-                                      largebatch_reading, largebatch_results, make_test,
+                                      make_test,
                                       make_train, paper_headline, reason_cma, reason_cycle,
                                       reason_guarded, reason_hybridize)
 from yasgd.bench.data_imagenet import loader_feeds_gpu
+from yasgd.bench.report_study import ablation_results, largebatch_reading, largebatch_results
 from yasgd.bench.report_simulate import (prior_work, simulate_abci2019, simulate_abci3,
                                          simulate_constants, simulate_inputs,
                                          simulate_single_node, simulate_sweeps, simulate_tail,
@@ -53,6 +54,7 @@ RENDERERS: Dict[str, Callable[[Records], str]] = {
     "bench-reading": bench_reading, "data-loaders": data_loaders,
     "loader-feeds-gpu": loader_feeds_gpu,
     "largebatch-results": largebatch_results, "largebatch-reading": largebatch_reading,
+    "ablation-results": ablation_results,
     "simulate-abci2019": simulate_abci2019, "simulate-abci3": simulate_abci3,
     "simulate-inputs": simulate_inputs, "simulate-single-node": simulate_single_node,
     "simulate-validation": simulate_validation,

@@ -23,8 +23,8 @@ from yasgd.bench import common
 
 #: The order of ``make bench`` (Makefile), then anything else found.
 ORDER = ("optimizer", "allreduce", "init", "overlap", "throughput", "data", "largebatch",
-         "ops_micro")
-EXPECTED = ORDER[:7]
+         "ablation", "ops_micro")
+EXPECTED = ORDER[:8]
 
 
 def _load(path: str) -> Optional[dict]:

@@ -156,9 +156,18 @@ class ArrayLoader:
 def build(data_cfg, rank: int, size: int, batch_size: int, ctx, seed: int, num_classes: int):
     check(data_cfg)
     xtr, ytr = load(data_cfg.root, "train")
+    if data_cfg.eval_set == "holdout":
+        # the validation split: the training images the run does not train on
+        if data_cfg.limit >= len(xtr):
+            raise UsageError(f"config key data.eval_set=holdout: data.limit={data_cfg.limit} "
+                             f"leaves none of the {len(xtr):,} training images out")
+        xte, yte = xtr[data_cfg.limit:], ytr[data_cfg.limit:]
+    else:
+        xte, yte = load(data_cfg.root, "test")
     if data_cfg.limit:
         xtr, ytr = xtr[:data_cfg.limit], ytr[:data_cfg.limit]
-    xte, yte = load(data_cfg.root, "test")
+    if data_cfg.eval_limit:
+        xte, yte = xte[:data_cfg.eval_limit], yte[:data_cfg.eval_limit]
     train = ArrayLoader(xtr, ytr, batch_size, ctx, rank, size, seed, train=True,
                         pad=data_cfg.pad_crop, flip=data_cfg.flip, num_classes=num_classes)
     val = ArrayLoader(xte, yte, max(batch_size, 1000), ctx, rank, size, seed, train=False,

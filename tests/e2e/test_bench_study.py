@@ -1,0 +1,85 @@
+"""``yasgd bench ablation --quick`` and ``bench largebatch --quick`` end to end: real training
+runs in real processes, a real SIGTERM in the middle, the cache continuing the bench.
+
+The quick scale trains 2 epochs of 2,048 images (accuracies there mean nothing; what is
+checked is the method and the files): the interrupted bench keeps every finished run, leaves
+no worker process behind and exits 130; the same command then trains only what is missing,
+finishes every arm's search and seeds, and writes the JSON (``seeds``,
+``recipe_minus_baseline_8k``), the table and the plot; ``bench largebatch`` over the same
+cache trains none of the runs the two benches share.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
+
+
+def _env():
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    for k in [k for k in env if k.startswith(("OMPI_", "PMI_", "PMIX_", "HOROVOD_"))]:
+        del env[k]
+    return env
+
+
+def _bench(name, out, *args, timeout=600):
+    return subprocess.run([YASGD, "bench", name, "--quick", "--out", str(out), *args],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def test_ablation_quick_resumes_after_sigterm_and_shares_runs_with_largebatch(tmp_path):
+    out = tmp_path / "res"
+    cache = out / "runs_cache"
+    proc = subprocess.Popen([YASGD, "bench", "ablation", "--quick", "--out", str(out)], cwd=ROOT,
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not (cache.is_dir() and list(cache.glob("*.json"))):
+            assert proc.poll() is None, proc.stdout.read()
+            time.sleep(0.5)
+        assert list(cache.glob("*.json")), "no run finished within 300 s"
+        proc.send_signal(signal.SIGTERM)
+        text, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, text
+    assert "interrupted by SIGTERM" in text and "yasgd: interrupted" in text
+    assert "Traceback" not in text
+    kept = {p.name for p in cache.glob("*.json")}
+    assert kept
+    time.sleep(1)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(out) not in ps, "a worker of the interrupted bench is still running"
+
+    done = _bench("ablation", out)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert kept <= {p.name for p in cache.glob("*.json")}
+    d = json.load(open(out / "bench_ablation.json"))
+    arms = d["setup"]["arms"]
+    assert {a["arm"] for a in arms} == {"baseline", "lars-1k", "no-warmup"}
+    assert d["partial"] is False and all(a["complete"] for a in arms)
+    assert d["seeds"] == [0, 1]
+    assert all(a["seeds"] == [0, 1] and len(a["grid_lrs"]) >= 3 for a in arms)
+    by = {a["arm"]: a for a in arms}
+    want = 100 * (by["lars-1k"]["mean_test_top1"] - by["baseline"]["mean_test_top1"])
+    assert abs(d["recipe_minus_baseline_8k"] - want) < 1e-9
+    # every run in the table is in the cache, the interrupted runs' results were kept
+    keys = {r["key"] for r in d["records"]}
+    assert {k[:-5] for k in kept} <= keys <= {p.name[:-5] for p in cache.glob("*.json")}
+    assert len(d["setup"]["code_versions"]) == 1
+    assert (out / "bench_ablation.md").read_text().count("| no warm-up |") == 2
+    assert (out / "bench_ablation.png").stat().st_size > 1000
+
+    n_before = len(list(cache.glob("*.json")))
+    lb = _bench("largebatch", out, "--arms", "baseline,lars-1k,sgd-1k")
+    assert lb.returncode == 0, lb.stdout[-3000:] + lb.stderr[-3000:]
+    started = [ln for ln in lb.stdout.splitlines() if " started] " in ln]
+    assert started and all(" sgd-1k " in ln for ln in started), lb.stdout
+    assert len(list(cache.glob("*.json"))) == n_before + len(started)
+    d2 = json.load(open(out / "bench_largebatch.json"))
+    assert {a["arm"] for a in d2["setup"]["arms"]} == {"baseline", "lars-1k", "sgd-1k"}

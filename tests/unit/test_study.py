@@ -1,0 +1,188 @@
+"""The training benches' method (yasgd.bench.study), plan (study_plan) and cache (runcache).
+
+The LR search is checked against closed forms: a validation accuracy that peaks at a known
+factor must lead the search there, from below, from above and from inside the grid, with the
+exact grid and seed runs the rule in the module's docstring gives; every run's overrides are
+loaded by the real ``yasgd.config.load``; the cache's staleness is checked against real
+source files of this package.
+"""
+import hashlib
+import math
+
+import pytest
+
+from yasgd import UsageError, config as config_mod
+from yasgd.bench import runcache, study, study_plan as plan
+
+
+def _arm(factors=(1.0, 2.0, 4.0), seeds=3, opt="sgd", batch=8192):
+    return study.Arm("a", "a", batch, opt, tuple(factors), (), seeds, "x")
+
+
+def _peak_lookup(peak, have=None, diverge_above=None):
+    """val top-1 = 0.9 - 0.01 * log2(f / peak)^2, every (factor, seed) trained once asked."""
+    have = {} if have is None else have
+
+    def lookup(arm, f, seed):
+        if (f, seed) not in have:
+            return None
+        if diverge_above is not None and f > diverge_above:
+            return {"val_top1": None, "test_top1": None, "diverged": True}
+        return {"val_top1": 0.9 - 0.01 * math.log2(f / peak) ** 2,
+                "test_top1": 0.9 - 0.001 * seed}
+    return have, lookup
+
+
+def _drive(arm, lookup, have):
+    """Train whatever the search asks for until it is done; the order of the asks."""
+    asked = []
+    for _ in range(50):
+        s = study.search(arm, lookup)
+        if s.done:
+            return s, asked
+        for k in s.needed:
+            have[k] = True
+            asked.append(k)
+    raise AssertionError("search did not finish")
+
+
+@pytest.mark.parametrize("peak,grid,best", [
+    (2.0, [1.0, 2.0, 4.0], 2.0),                     # inside at once
+    (16.0, [1.0, 2.0, 4.0, 8.0, 16.0, 32.0], 16.0),  # extended upwards 3 times
+    (0.25, [0.125, 0.25, 0.5, 1.0, 2.0, 4.0], 0.25),  # extended downwards 3 times
+])
+def test_search_extends_until_the_best_is_inside(peak, grid, best):
+    have, lookup = _peak_lookup(peak)
+    s, asked = _drive(_arm(), lookup, have)
+    assert s.grid == grid and s.best == best and s.interior and not s.capped
+    assert asked[:3] == [(1.0, 0), (2.0, 0), (4.0, 0)]
+    assert asked[-2:] == [(best, 1), (best, 2)]       # the seeds at the chosen point, last
+    assert len(asked) == len(grid) + 2
+    summ = s.summary()
+    assert summ["seeds"] == [0, 1, 2] and summ["best_inside_grid"]
+    assert summ["mean_test_top1"] == pytest.approx(0.9 - 0.001, abs=1e-12)
+    assert summ["spread_pts"] == pytest.approx(0.2, abs=1e-9)
+
+
+def test_search_counts_a_diverged_run_as_zero_and_stops_at_the_cap():
+    have, lookup = _peak_lookup(64.0, diverge_above=3.0)
+    s, _ = _drive(_arm(), lookup, have)
+    assert s.best == 2.0 and s.interior and s.grid == [1.0, 2.0, 4.0]
+    have, lookup = _peak_lookup(1e6)
+    s, _ = _drive(_arm(), lookup, have)
+    assert len(s.grid) == study.MAX_GRID and s.capped and not s.interior and s.best == s.grid[-1]
+
+
+def test_search_ignores_runs_it_did_not_ask_for():
+    have, lookup = _peak_lookup(2.0, have={(8.0, 0): True, (0.5, 0): True})
+    s, asked = _drive(_arm(), lookup, have)
+    assert s.grid == [1.0, 2.0, 4.0] and (8.0, 0) not in asked
+
+
+def test_lr_rules():
+    assert _arm(opt="sgd", batch=8192).lr(0.025) == pytest.approx(0.8)
+    assert _arm(opt="lars", batch=8192).lr(8 * math.sqrt(2)) == pytest.approx(16.0)
+    assert _arm(opt="lars", batch=16384).lr(4.0) == pytest.approx(8.0)
+
+
+def _runs(arms, scale):
+    for a in arms:
+        for f in a.factors:
+            r = study.Run(a, f, 0)
+            r.overrides = plan.overrides(scale, r, "runs")
+            yield a, r
+
+
+@pytest.mark.parametrize("scale", [plan.FULL, plan.QUICK], ids=["full", "quick"])
+def test_every_run_config_loads_and_holds_its_arm(scale):
+    arms = plan.headline_arms(scale) + plan.ablation_arms(scale)
+    for a, r in _runs(arms, scale):
+        cfg = config_mod.load(None, r.overrides)
+        assert cfg.train.global_batch == a.batch
+        assert cfg.train.batch_per_rank * cfg.train.accumulate == a.batch
+        assert cfg.optim.lr == pytest.approx(a.lr(r.factor))
+        assert cfg.data.eval_set == "holdout" and cfg.data.limit == scale.limit
+        assert cfg.train.epochs == scale.epochs
+        if a.group in ("baseline",) or a.name.startswith("sgd-"):
+            assert cfg.optim.name == "sgd" and cfg.train.label_smoothing == 0
+
+
+def _config(arm, scale):
+    r = study.Run(arm, arm.factors[1], 0)
+    return runcache.config_dict(plan.overrides(scale, r, "runs"))
+
+
+def test_each_ablation_arm_changes_exactly_its_technique():
+    """Each arm differs from the recipe at 8K in the keys of its technique and nothing else
+    (the LR aside: each arm searches its own)."""
+    arms = {a.name: a for a in plan.ablation_arms(plan.FULL)}
+    recipe = _config(arms["lars-8k"], plan.FULL)
+    want = {"no-lars": {"optim.name"}, "no-warmup": {"schedule.warmup_epochs"},
+            "no-label-smoothing": {"train.label_smoothing"},
+            "constant-wd": {"schedule.wd_schedule"},
+            "fixed-bn-momentum": {"model.bn_momentum_rule"},
+            "no-zero-gamma": {"model.zero_init_last_gamma"},
+            "augment-polish": {"data.pad_crop", "data.flip", "data.polish_epochs"},
+            "power-2": {"schedule.power"}}
+    assert set(want) == {n for n in arms if n not in ("baseline", "lars-8k")}
+    for name, keys in want.items():
+        cfg = _config(arms[name], plan.FULL)
+        diff = {f"{s}.{k}" for s in cfg for k in cfg[s] if cfg[s][k] != recipe[s][k]}
+        assert diff - {"optim.lr"} == keys, name
+    assert _config(arms["augment-polish"], plan.FULL)["data"]["polish_epochs"] == 2
+
+
+def test_shared_arms_share_cache_keys():
+    """The baseline and the recipe at 8K are the same runs in both benches."""
+    h = {a.name: a for a in plan.headline_arms(plan.FULL)}
+    ab = {a.name: a for a in plan.ablation_arms(plan.FULL)}
+    for n in ("baseline", "lars-8k"):
+        k1 = runcache.config_key(plan.overrides(plan.FULL, study.Run(h[n], 1.0, 0), "x"))
+        k2 = runcache.config_key(plan.overrides(plan.FULL, study.Run(ab[n], 1.0, 0), "y"))
+        assert k1 == k2
+    a = h["baseline"]
+    k0 = runcache.config_key(plan.overrides(plan.FULL, study.Run(a, 0.4, 0), "x"))
+    assert k0 != runcache.config_key(plan.overrides(plan.FULL, study.Run(a, 0.4, 1), "x"))
+    assert k0 != runcache.config_key(plan.overrides(plan.FULL, study.Run(a, 0.8, 0), "x"))
+
+
+def test_select_names_unknown_arms():
+    arms = plan.ablation_arms(plan.FULL)
+    assert [a.name for a in plan.select(arms, ["no-warmup"])] == ["no-warmup"]
+    with pytest.raises(UsageError, match="unknown arm.*nope"):
+        plan.select(arms, ["nope"])
+
+
+def _sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def test_cache_reads_only_entries_of_this_code(tmp_path):
+    import yasgd.schedule as sched
+    cache = runcache.RunCache(str(tmp_path))
+    env = runcache.environment()
+    good = {"code": {"yasgd.schedule": _sha(sched.__file__)}, "env": env, "result": {"x": 1}}
+    cache.put("k1", good)
+    assert cache.get("k1")["result"] == {"x": 1}
+    cache.put("k2", dict(good, code={"yasgd.schedule": "0" * 64}))
+    assert cache.get("k2") is None and "yasgd.schedule" in cache.why_stale(
+        dict(good, code={"yasgd.schedule": "0" * 64}))
+    cache.put("k3", dict(good, env=dict(env, mxnet="0.0")))
+    assert cache.get("k3") is None
+    cache.put("k4", dict(good, code={"yasgd.no_such_module": "0" * 64}))
+    assert cache.get("k4") is None
+    cache.put("k5", dict(good, code={}))
+    assert cache.get("k5") is None
+    assert cache.get("missing") is None
+    (tmp_path / "k6.json").write_text("{not json")
+    assert cache.get("k6") is None
+    assert sorted(cache.stale_keys()) == ["k2", "k3", "k4", "k5", "k6"]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_loaded_code_hashes_the_sources_this_process_imported():
+    import yasgd.schedule as sched
+    code = runcache.loaded_code()
+    assert code["yasgd.schedule"] == _sha(sched.__file__)
+    assert all(m == "yasgd" or m.startswith("yasgd.") for m in code)

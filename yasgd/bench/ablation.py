@@ -1,0 +1,156 @@
+"""``yasgd bench ablation`` (``make bench-ablation``): what each of the paper's techniques buys
+at 8K, in the large-batch bench's miniature (same scale, data and epoch budget).
+
+Arms, all at batch 8K but the baseline: the batch-256 SGD baseline; yasgd's recipe as
+shipped (LARS, warm-up, polynomial decay, label smoothing 0.1, WD following the LR, BN
+momentum from the BN updates per epoch, zero-init last BN gamma); then one arm per technique
+of the paper, removed where the recipe uses it (LARS -> SGD momentum with its own LR
+search; no warm-up; no label smoothing; constant WD; fixed BN momentum; last gammas at 1)
+and added where the recipe leaves it out (augmentation with final polishing; polynomial
+power 2). Every arm's LR is chosen the same way (yasgd.bench.study: a grid on the
+validation split, extended until its best is inside), then it trains 3 seeds there.
+
+Runs are cached (yasgd.bench.runcache, ``--out``/runs_cache, shared with ``bench
+largebatch``): the bench continues where an interrupted one stopped and may take more than
+one sitting; ``--max-runs N`` / ``--stop-after MIN`` bound one sitting, ``--arms`` picks
+arms. Outputs in ``--out``: ``bench_ablation.json`` (every run, every arm's search and
+seeds, ``seeds``, ``recipe_minus_baseline_8k``), ``bench_ablation.md`` (the table) and
+``bench_ablation.png`` (the bar plot).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Dict, List, Optional, Sequence
+
+from yasgd.bench import common, study_report as sr
+from yasgd.bench.study_plan import FULL, QUICK, ablation_arms, select
+from yasgd.bench.study_run import Study, bench_main, compute, run_bench
+
+NAME = "ablation"
+
+
+def _delta(a: Dict[str, object], b: Optional[Dict[str, object]]) -> Optional[float]:
+    if b is None or a.get("mean_test_top1") is None or b.get("mean_test_top1") is None:
+        return None
+    return 100 * (a["mean_test_top1"] - b["mean_test_top1"])
+
+
+def _spread(*ss: Optional[Dict[str, object]]) -> Optional[float]:
+    vals = [s.get("spread_pts") for s in ss if s is not None]
+    return None if not vals or None in vals else max(vals)
+
+
+def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
+    """The ablation table: per technique, the arm's mean and spread and the points the
+    technique buys (recipe - arm where the arm removes it, arm - recipe where it adds it)."""
+    by = {s["arm"]: s for s in summaries}
+    recipe = next((s for s in summaries if s["group"] == "recipe"), None)
+    base = by.get("baseline")
+    rows, effects = [], []
+    for s in summaries:
+        d = _delta(s, recipe) if s["group"] in ("removed", "added") else None
+        buys = None if d is None else (-d if s["group"] == "removed" else d)
+        if s["group"] in ("removed", "added"):
+            effects.append({"arm": s["arm"], "technique": s["label"], "kind": s["group"],
+                            "arm_minus_recipe_pts": d, "technique_buys_pts": buys,
+                            "spread_pts": _spread(s, recipe)})
+        rows.append([s["label"], s["group"], "n/a" if s["best_lr"] is None else f"{s['best_lr']:g}",
+                     sr.pct(s["mean_test_top1"]),
+                     "n/a" if s["spread_pts"] is None else f"{s['spread_pts']:.2f}",
+                     f"{len(s['seeds'])}/{s['seeds_planned']}", sr.pts(d), sr.pts(buys)])
+    table = common.md_table(["arm", "kind", "chosen LR", "mean test top-1 %", "spread (pts)",
+                             "seeds", "arm - recipe (pts)", "the technique buys (pts)"],
+                            rows, "llrrrrrr")
+    return {"table": table, "effects": effects,
+            "recipe_minus_baseline_8k": _delta(recipe, base) if recipe else None}
+
+
+def _plot(effects: List[Dict[str, object]], out_dir: str, quick: bool) -> Optional[str]:
+    """Bars: the points each technique buys at 8K (mean over seeds), with the larger of the
+    two arms' spreads as the error bar."""
+    shown = [e for e in effects if e["technique_buys_pts"] is not None]
+    if not shown:
+        return None
+    import os
+    p = sr.plt()
+    fig, ax = p.subplots(figsize=(7.5, 0.5 * len(shown) + 1.6))
+    ys = list(range(len(shown)))[::-1]
+    vals = [e["technique_buys_pts"] for e in shown]
+    err = [e["spread_pts"] or 0.0 for e in shown]
+    colors = ["#4C72B0" if v >= 0 else "#C44E52" for v in vals]
+    ax.barh(ys, vals, xerr=err, color=colors, alpha=0.85, capsize=3)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([("- " if e["kind"] == "removed" else "") + e["technique"]
+                        for e in shown], fontsize=7)
+    ax.axvline(0, color="#333333", linewidth=0.8)
+    ax.set_xlabel("test top-1 points the technique buys at 8K (mean over seeds; bar: spread)")
+    return sr.finish(p, fig, ax, "What each technique buys (recipe with it - without it)",
+                     quick, None, os.path.join(out_dir, f"bench_{NAME}.png"))
+
+
+def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: float,
+           partial: bool, progress: bool = False) -> dict:
+    """The JSON, the table and (unless ``progress``: the rewrite after each run) the plots."""
+    summaries = [s.summary() for s in searches]
+    t = tables(summaries)
+    records = [sr.relative_paths(r, out_dir) for r in study.records(searches)]
+    comp = compute(records, searches)
+    versions = sorted({r.get("code_version") for r in records if r.get("code_version")})
+    rb = t["recipe_minus_baseline_8k"]
+    acc = [sr.grids_line(summaries),
+           common.acceptance("yasgd recipe at 8K within 1.0 point of the batch-256 baseline "
+                             "(means over seeds, recipe - baseline)", rb, -1.0, unit=" pts")]
+    notes = [sr.method_note(study.scale),
+             f"Scale: {study.scale.model} of width {study.scale.width} (strided stem) on "
+             f"{study.scale.limit:,} training images, {study.scale.epochs} epochs every run, "
+             f"linear warm-up over {study.scale.warmup_epochs:g} epochs then polynomial decay "
+             f"(power {study.scale.power:g}) to 0, no augmentation but in the augmentation arm "
+             f"(random crop from a 2-pixel zero padding and flip, the last "
+             f"{study.scale.polish_epochs} epoch(s) without: the final polishing); batches "
+             f"above 512 accumulated from micro-batches of 512.",
+             "The technique buys: recipe - arm for a technique the recipe uses (points lost "
+             "without it), arm - recipe for one it leaves out (points it would add); spread "
+             "shown is the larger of the two arms' spreads.",
+             sr.compute_note(comp, jobs),
+             f"Code version of every run in this table: {', '.join(versions) or 'n/a'} (the "
+             f"cache reads only runs of the checkout's code)."]
+    if partial:
+        done = sum(1 for s in summaries if s["complete"])
+        notes.insert(0, f"PARTIAL: {done} of {len(summaries)} arms complete; at least "
+                        f"{comp['runs_left_at_least']} run(s) to go.")
+    plot = None if progress else _plot(t["effects"], out_dir, quick)
+    paths = common.write_results(
+        out_dir, NAME, records, t["table"] + "\n\nEvery arm's LR search and seeds:\n\n"
+        + sr.search_table(summaries), notes=notes,
+        title="What each technique buys at 8K (yasgd bench ablation)",
+        setup={"scale": dict(study.scale.__dict__), "arms": summaries, "compute": comp,
+               "code_versions": versions, "wall_s": round(wall, 1), "jobs": jobs},
+        quick=quick, hw=common.hardware({"jobs": jobs}), acceptance_lines=acc,
+        plots=[plot] if plot else [],
+        extra={"seeds": sr.seeds_of(summaries), "recipe_minus_baseline_8k": rb,
+               "effects": t["effects"], "partial": partial})
+    if not progress:
+        common.say(t["table"])
+        common.say(common.acceptance_table(acc))
+        common.say(sr.compute_note(comp, jobs))
+        common.say(f"wrote {paths['json']}, {paths['md']}" + (f", {plot}" if plot else ""))
+    return {"summaries": summaries, "acceptance": acc, "paths": paths, "compute": comp}
+
+
+def run(out_dir: str = "results", quick: bool = False, jobs: int = 2,
+        arms: Sequence[str] = (), max_runs: Optional[int] = None,
+        stop_after: Optional[float] = None, cache: Optional[str] = None) -> dict:
+    scale = QUICK if quick else FULL
+    chosen = select(ablation_arms(scale), arms)
+    return run_bench(f"bench ablation{' (--quick)' if quick else ''}: {len(chosen)} arms at "
+                     f"batch {scale.big:,} (and the batch-256 baseline), {scale.epochs} epochs a "
+                     f"run, {jobs} runs side by side", chosen, scale, out_dir, quick, jobs,
+                     max_runs, stop_after, cache, report)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    return bench_main("python -m yasgd.bench.ablation", run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

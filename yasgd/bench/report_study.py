@@ -1,0 +1,73 @@
+"""The generated blocks of docs/largebatch.md and docs/ablation.md, from
+``bench_largebatch.json`` and ``bench_ablation.json``: the tables are rendered by the benches'
+own functions from the arms' summaries the JSON holds, so the documents and the benches'
+Markdown cannot differ.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Dict, List, Optional
+
+from yasgd.bench import common, study_report as sr
+from yasgd.bench.report_util import Records, _hardware, _notes, _rel
+
+
+def _scale(d: dict) -> SimpleNamespace:
+    return SimpleNamespace(**d["setup"]["scale"])
+
+
+def _status(d: dict) -> List[str]:
+    comp = d["setup"]["compute"]
+    if not d.get("partial"):
+        return []
+    done = sum(1 for a in d["setup"]["arms"] if a["complete"])
+    return [f"**Not complete yet:** {done} of {len(d['setup']['arms'])} arms have finished "
+            f"their LR search and seeds ({comp['runs']} runs so far; at least "
+            f"{comp['runs_left_at_least']} to go). Every figure below is from the runs done; "
+            f"`pending` marks what is not.", ""]
+
+
+def largebatch_results(rec: Records) -> str:
+    from yasgd.bench import largebatch as lb
+    d = rec.bench("largebatch")
+    arms, rows = d["setup"]["arms"], d["setup"]["summary"]
+    t1 = lb.headline_table(arms, rows, _scale(d))
+    plots = [f"![{p}]({_rel(p)})" for p in d.get("plots") or []]
+    return "\n".join(_status(d) + [
+        "Each optimizer at its chosen LR (test top-1, mean over seeds ± half the spread; "
+        f"{d['setup']['scale']['epochs']} epochs every run):", "", t1, "",
+        "Every arm's LR search (validation top-1 of seed 0 at each grid point; the chosen "
+        "point in bold) and its seeds (test top-1):", "", sr.search_table(arms), "",
+        common.acceptance_table(d["acceptance"]), ""] + _notes(d["notes"], skip=("Code version",))
+        + ["", _hardware(d["hardware"]), ""] + plots)
+
+
+def _pt(x: Optional[float]) -> str:
+    return "pending" if x is None else f"{x:+.2f}"
+
+
+def largebatch_reading(rec: Records) -> str:
+    d = rec.bench("largebatch")
+    s: Dict[int, dict] = {x["batch"]: x for x in d["setup"]["summary"]}
+    big, huge = d["setup"]["scale"]["big"], d["setup"]["scale"]["huge"]
+    b, h = s.get(big, {}), s.get(huge, {})
+    return (f"At {big // 1024}K the recipe's mean is {_pt(b.get('recipe_minus_baseline_pts'))} "
+            f"points from the batch-256 baseline's and {_pt(b.get('recipe_minus_sgd_pts'))} "
+            f"from SGD's (the larger spread of the two: "
+            f"{_pt(b.get('larger_spread_pts')).lstrip('+')} points); at {huge // 1024}K {_pt(h.get('recipe_minus_sgd_pts'))} points from "
+            f"SGD's. A difference smaller than the spread between seeds is not read as a "
+            f"result.")
+
+
+def ablation_results(rec: Records) -> str:
+    from yasgd.bench import ablation as ab
+    d = rec.bench("ablation")
+    arms = d["setup"]["arms"]
+    plots = [f"![{p}]({_rel(p)})" for p in d.get("plots") or []]
+    return "\n".join(_status(d) + [
+        "What each technique buys at 8K (test top-1, means over seeds):", "",
+        ab.tables(arms)["table"], "",
+        "Every arm's LR search (validation top-1 of seed 0; the chosen point in bold) and its "
+        "seeds (test top-1):", "", sr.search_table(arms), "",
+        common.acceptance_table(d["acceptance"]), ""] + _notes(d["notes"], skip=("Code version",))
+        + ["", _hardware(d["hardware"]), ""] + plots)

@@ -1,0 +1,162 @@
+"""The scales and arms of ``yasgd bench largebatch`` and ``yasgd bench ablation``, and the
+config overrides of every run (``yasgd.config.load(None, overrides)``).
+
+Both benches share one scale and one result cache: the arms they have in common (the
+batch-256 baseline, the recipe at 8K) are trained once.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+from yasgd.bench.study import BASELINE_BATCH, Arm, Run, geometry
+
+R2 = math.sqrt(2)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Everything that sets the size of a run."""
+    name: str
+    big: int                  # the batch of the ablation ("8K")
+    huge: int                 # the second large batch of the headline ("16K")
+    others: Tuple[int, ...]   # the headline's other batches (grid only, one seed)
+    epochs: int
+    limit: int                # training images: the first N of the 60,000; the rest validate
+    width: int
+    warmup_epochs: float
+    power: float
+    polish_epochs: int        # the augmentation arm's final polishing
+    eval_every: int           # validation every N epochs (and after the last)
+    seeds: int                # seeds of the arms the acceptance compares
+    run_timeout_s: float
+    eval_limit: int = 0       # evaluate on the first N images of each set only (0 = all)
+    model: str = "resnet8"
+    stem_stride: int = 2
+
+
+# The full scale: a subset of 49,152 images (a multiple of 16K: every batch sees every image
+# every epoch), leaving 10,848 for validation; width 8 with the strided stem, no augmentation
+# but in the augmentation arm, 40 epochs, a 4-epoch warm-up and poly power 1 for every arm.
+FULL = Scale("full", big=8192, huge=16384, others=(1024, 4096), epochs=40, limit=49152,
+             width=8, warmup_epochs=4.0, power=1.0, polish_epochs=2, eval_every=4, seeds=3,
+             run_timeout_s=3600.0)
+# --quick: the same arms and method in seconds (2 epochs of 2,048 images, width 4, evaluated
+# on 2,000 images; "8K" is batch 1,024 there and the ablation has one technique arm).
+QUICK = Scale("quick", big=1024, huge=2048, others=(), epochs=2, limit=2048, width=4,
+              warmup_epochs=0.5, power=1.0, polish_epochs=1, eval_every=2, seeds=2,
+              run_timeout_s=300.0, eval_limit=2000)
+
+
+def _batch_label(b: int) -> str:
+    return f"{b // 1024}K" if b >= 1024 else str(b)
+
+
+def common_overrides(scale: Scale) -> List[str]:
+    return [
+        f"model.name={scale.model}", f"model.width={scale.width}", "model.classes=10",
+        f"model.stem_stride={scale.stem_stride}",
+        "data.kind=fashion_mnist", f"data.limit={scale.limit}", "data.eval_set=holdout",
+        f"data.eval_limit={scale.eval_limit}",
+        "data.pad_crop=0", "data.flip=false", "data.polish_epochs=0",
+        f"train.epochs={scale.epochs}", f"train.eval_every={scale.eval_every}",
+        "train.eval_offset=0", "train.progress=false", "train.keep_checkpoints=0",
+        "mlperf.enabled=false", "train.log_interval=1000000", "train.hybridize=false",
+        f"schedule.warmup_epochs={scale.warmup_epochs}", "schedule.warmup_begin_lr=0.0",
+        f"schedule.power={scale.power}", "schedule.end_lr=0.0", "optim.momentum=0.9",
+    ]
+
+
+# the yasgd recipe: LARS, label smoothing, WD following the LR, BN momentum from the BN
+# updates per epoch, zero-init last BN gamma of each residual block
+RECIPE = ("optim.name=lars", "optim.eta=0.001", "optim.epsilon=1e-9", "optim.wd=5e-4",
+          "optim.fused=true", "optim.momentum_correction=false", "optim.wd_in_denominator=true",
+          "schedule.wd_schedule=follow_lr", "train.label_smoothing=0.1",
+          "model.bn_momentum_rule=iterations", "model.zero_init_last_gamma=true")
+# plain SGD with momentum: constant WD, no label smoothing, fixed BN momentum, gammas at 1
+PLAIN_SGD = ("optim.name=sgd", "optim.wd=5e-4", "schedule.wd_schedule=constant",
+             "train.label_smoothing=0.0", "model.bn_momentum_rule=fixed", "model.bn_momentum=0.9",
+             "model.zero_init_last_gamma=false")
+
+SGD_BASES = (0.0125, 0.025, 0.05)               # x B/256
+LARS_CS = (4 * R2, 8 * R2, 16 * R2)             # x sqrt(B/4096): lr 8, 16, 32 at 8K
+BASELINE_LRS = (0.2, 0.4, 0.8)
+
+
+def headline_arms(scale: Scale) -> List[Arm]:
+    """``bench largebatch``: the baseline, then SGD and the recipe at 8K and 16K (3 seeds
+    each at the chosen LR), then the other batch sizes (the LR grid, one seed)."""
+    arms = [Arm("baseline", "SGD + momentum, batch 256 (baseline)", BASELINE_BATCH, "sgd",
+                BASELINE_LRS, PLAIN_SGD, scale.seeds, "baseline")]
+    for b in (scale.big, scale.huge) + tuple(scale.others):
+        seeds = scale.seeds if b in (scale.big, scale.huge) else 1
+        lab = _batch_label(b)
+        arms.append(Arm(f"lars-{lab.lower()}", f"yasgd recipe at {lab}", b, "lars", LARS_CS,
+                        RECIPE, seeds, lab))
+        arms.append(Arm(f"sgd-{lab.lower()}", f"SGD + linear scaling + warm-up at {lab}", b,
+                        "sgd", SGD_BASES, PLAIN_SGD, seeds, lab))
+    return arms
+
+
+# One arm per technique at 8K: removed where the recipe uses it, added where it leaves it out.
+# (name, label, optimizer, overrides on top of the recipe, "removed" | "added")
+TECHNIQUES: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
+    ("no-lars", "SGD momentum instead of LARS", "sgd", ("optim.name=sgd",), "removed"),
+    ("no-warmup", "no warm-up", "lars", ("schedule.warmup_epochs=0",), "removed"),
+    ("no-label-smoothing", "no label smoothing", "lars", ("train.label_smoothing=0.0",),
+     "removed"),
+    ("constant-wd", "constant WD (no WD schedule)", "lars", ("schedule.wd_schedule=constant",),
+     "removed"),
+    ("fixed-bn-momentum", "fixed BN momentum 0.9 (no iteration rule)", "lars",
+     ("model.bn_momentum_rule=fixed", "model.bn_momentum=0.9"), "removed"),
+    ("no-zero-gamma", "last BN gamma initialised to 1", "lars",
+     ("model.zero_init_last_gamma=false",), "removed"),
+    ("augment-polish", "+ augmentation (crop, flip) with final polishing", "lars",
+     ("data.pad_crop=2", "data.flip=true", "data.polish_epochs={polish}"), "added"),
+    ("power-2", "+ the paper's polynomial power 2", "lars", ("schedule.power=2.0",), "added"),
+)
+QUICK_TECHNIQUES = ("no-warmup",)
+
+
+def ablation_arms(scale: Scale) -> List[Arm]:
+    """``bench ablation``: the baseline, the recipe at 8K, one arm per technique."""
+    b = scale.big
+    arms = [headline_arms(scale)[0],
+            Arm(f"lars-{_batch_label(b).lower()}", f"yasgd recipe at {_batch_label(b)} (as shipped)",
+                b, "lars", LARS_CS, RECIPE, scale.seeds, "recipe")]
+    for name, label, opt, extra, kind in TECHNIQUES:
+        if scale.name == "quick" and name not in QUICK_TECHNIQUES:
+            continue
+        extra = tuple(x.format(polish=scale.polish_epochs) for x in extra)
+        arms.append(Arm(name, label, b, opt, SGD_BASES if opt == "sgd" else LARS_CS,
+                        RECIPE + extra, scale.seeds, kind))
+    return arms
+
+
+def technique_kind(arm: Arm) -> str:
+    return arm.group
+
+
+def overrides(scale: Scale, run: Run, run_dir: str) -> List[str]:
+    micro, k, steps = geometry(run.arm.batch, scale.limit)
+    if steps == 0:
+        raise ValueError(f"data.limit={scale.limit} gives batch {run.arm.batch} no full step")
+    name = f"{run.arm.name}-lr{run.lr:g}-s{run.seed}"
+    return ([f"run.name={name}", f"run.dir={run_dir}", f"run.seed={run.seed}"]
+            + common_overrides(scale)
+            + [f"train.global_batch={run.arm.batch}", f"train.batch_per_rank={micro}",
+               f"train.accumulate={k}", f"optim.lr={run.lr!r}"]
+            + list(run.arm.overrides))
+
+
+def select(arms: Sequence[Arm], names: Sequence[str]) -> List[Arm]:
+    """The arms named in ``names`` (all when empty); UsageError for an unknown name."""
+    if not names:
+        return list(arms)
+    known: Dict[str, Arm] = {a.name: a for a in arms}
+    bad = [n for n in names if n not in known]
+    if bad:
+        from yasgd import UsageError
+        raise UsageError(f"--arms: unknown arm(s) {', '.join(bad)} (known: {', '.join(known)})")
+    return [known[n] for n in names]

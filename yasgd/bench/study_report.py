@@ -1,0 +1,123 @@
+"""What the training benches (``bench largebatch``, ``bench ablation``) share in their
+reports: the table of each arm's LR search and seeds, the compute statement, the
+acceptance line on the grids, and the plots' frame. Every figure is read from the arms'
+summaries (yasgd.bench.study.Search.summary), which read the cached runs' results.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Sequence
+
+from yasgd.bench import common
+
+
+def pct(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{100 * x:.2f}"
+
+
+def pts(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{x:+.2f}"
+
+
+def mean_cell(s: Dict[str, object]) -> str:
+    """"91.23 ± 0.40 (3)": mean test top-1 %, spread/2 (max - min over seeds, halved), seeds."""
+    m = s.get("mean_test_top1")
+    if m is None:
+        done = len(s.get("test_top1_by_seed") or [])
+        return f"pending ({done} of {s['seeds_planned']} seeds)"
+    sp = s.get("spread_pts")
+    return (f"{100 * m:.2f}" + (f" (spread {sp:.2f})" if sp is not None else "")
+            + f", {len(s['seeds'])} seed{'s' if len(s['seeds']) != 1 else ''}")
+
+
+def search_table(summaries: Sequence[Dict[str, object]]) -> str:
+    """One row per arm: every grid point's validation top-1 (the chosen one in bold, a grid
+    whose best is at an edge flagged), the test top-1 of each seed at the chosen LR, the mean
+    and the spread."""
+    rows = []
+    for s in summaries:
+        cells = []
+        states = s.get("grid_state") or ["done"] * len(s["grid_lrs"])
+        for lr, v, st in zip(s["grid_lrs"], s["grid_val_top1"], states):
+            c = f"{lr:g}: {pct(v) if st == 'done' else st}"
+            cells.append(f"**{c}**" if s["best_lr"] is not None and lr == s["best_lr"] else c)
+        where = ("inside" if s["best_inside_grid"] else
+                 "at the edge (grid capped)" if s["grid_capped"] else
+                 "searching" if s["best_lr"] is None else "at the edge")
+        rows.append([s["label"], f"{s['batch']:,}", "; ".join(cells), where,
+                     ", ".join(pct(t) for t in s["test_top1_by_seed"]) or "",
+                     pct(s["mean_test_top1"]), "n/a" if s["spread_pts"] is None
+                     else f"{s['spread_pts']:.2f}"])
+    return common.md_table(["arm", "batch", "LR grid: validation top-1 % (chosen in bold)",
+                            "chosen LR", "test top-1 % by seed", "mean", "spread (pts)"],
+                           rows, "lrllrrr")
+
+
+def grids_line(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
+    """Acceptance: every arm's best LR strictly inside its grid."""
+    inside = sum(1 for s in summaries if s["best_inside_grid"])
+    line = common.acceptance("every arm's best LR (validation) strictly inside its LR grid "
+                             "(arms)", inside, len(summaries), unit=" arms")
+    line["met"] = inside == len(summaries) and all(s["complete"] for s in summaries)
+    return line
+
+
+def compute_note(comp: Dict[str, object], jobs: int) -> str:
+    left = comp.get("runs_left_at_least") or 0
+    return (f"Compute: {comp['runs']} runs in this table, {comp['run_wall_h']:.2f} h of run "
+            f"wall time ({comp['core_h']:.2f} core-hours; {comp['mean_run_s']:.0f} s a run, "
+            f"{jobs} side by side)"
+            + (f"; at least {left} run(s) still to train (about {comp['left_core_h_at_least']:.1f} "
+               f"more core-hours): the same command continues from the cache." if left else
+               "; nothing left to train."))
+
+
+def method_note(scale) -> str:
+    return (f"Method, fixed before any run: each arm's LR is searched on a validation split, "
+            f"the {min(60000 - scale.limit, scale.eval_limit or 60000):,} Fashion-MNIST training "
+            f"images after the first "
+            f"{scale.limit:,} the runs train on, with seed 0: a grid of 3 points (ratio 2), "
+            f"extended by one point beyond whichever edge holds the best validation top-1 "
+            f"until the best is strictly inside (a diverged run counts as 0); then the other "
+            "seeds train at the chosen LR. The test set ("
+            + (f"its first {scale.eval_limit:,} images" if scale.eval_limit else "all 10,000 images")
+            + ") is read once per "
+            "run, after training, and only for the tables: an arm's figure is the mean of its "
+            "seeds. test top-1 at the chosen LR, its spread max - min over those seeds.")
+
+
+def relative_paths(obj, out_dir: str):
+    """``obj`` with every absolute path under ``out_dir`` made relative to it."""
+    root = os.path.abspath(out_dir) + os.sep
+    if isinstance(obj, str):
+        return obj.replace(root, "")
+    if isinstance(obj, list):
+        return [relative_paths(x, out_dir) for x in obj]
+    if isinstance(obj, dict):
+        return {k: relative_paths(v, out_dir) for k, v in obj.items()}
+    return obj
+
+
+def plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as p
+    return p
+
+
+def finish(p, fig, ax, title: str, quick: bool, legend_loc: Optional[str], path: str) -> str:
+    ax.set_title(title + (" (--quick)" if quick else ""), fontsize=9)
+    ax.grid(True, alpha=0.3)
+    if legend_loc and ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc=legend_loc)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    p.close(fig)
+    return path
+
+
+def seeds_of(summaries: Sequence[Dict[str, object]]) -> List[int]:
+    out: List[int] = []
+    for s in summaries:
+        out = sorted(set(out) | set(s["seeds"]))
+    return out

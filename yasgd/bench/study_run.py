@@ -1,0 +1,244 @@
+"""Running a study: the runs its arms' searches still need (yasgd.bench.study), ``--jobs``
+at a time, one process each (yasgd.bench.study_worker), every finished run stored in the
+cache (yasgd.bench.runcache) before the next is chosen, a partial report after each.
+
+An interruption (SIGINT, SIGTERM) stops the runs in flight and keeps every finished one;
+the same command continues from the cache. ``max_runs`` and ``stop_after_s`` bound one
+sitting: no run starts past them, the runs in flight finish.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from yasgd.bench import common, runcache
+from yasgd.bench.study import Arm, Run, Search, runs_left, search
+from yasgd.bench.study_plan import Scale, overrides
+
+
+class Interrupted(KeyboardInterrupt):
+    pass
+
+
+def threads_per_job(jobs: int) -> int:
+    return max(1, (os.cpu_count() or 2) // max(1, jobs))
+
+
+def _worker_env(threads: int) -> Dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MXNET_OMP_MAX_THREADS=str(threads))
+    for k in [k for k in env if k.startswith(("OMPI_", "PMI_", "PMIX_", "HOROVOD_RANK",
+                                              "HOROVOD_SIZE"))]:
+        del env[k]      # one process, never a Horovod job
+    return env
+
+
+class Study:
+    """The arms of one bench over one cache."""
+
+    def __init__(self, arms: Sequence[Arm], scale: Scale, out_dir: str,
+                 cache_dir: Optional[str] = None):
+        self.arms, self.scale = list(arms), scale
+        self.out_dir = out_dir
+        self.run_dir = os.path.abspath(os.path.join(out_dir, "study_runs"))
+        self.work = os.path.join(self.run_dir, "_work")
+        self.cache = runcache.RunCache(cache_dir or os.path.join(out_dir, "runs_cache"))
+        self._keys: Dict[Tuple[str, float, int], Run] = {}
+        self.failed: Dict[str, str] = {}
+
+    def run_of(self, arm: Arm, factor: float, seed: int) -> Run:
+        k = (arm.name, factor, seed)
+        if k not in self._keys:
+            r = Run(arm, factor, seed)
+            r.overrides = overrides(self.scale, r, self.run_dir)
+            r.key = runcache.config_key(r.overrides)
+            self._keys[k] = r
+        return self._keys[k]
+
+    def lookup(self, arm: Arm, factor: float, seed: int) -> Optional[Dict[str, object]]:
+        e = self.cache.get(self.run_of(arm, factor, seed).key)
+        return None if e is None else e["result"]
+
+    def searches(self) -> List[Search]:
+        return [search(a, self.lookup) for a in self.arms]
+
+    def records(self, searches: Sequence[Search]) -> List[Dict[str, object]]:
+        """Every run the searches used: arm, lr, seed and its result."""
+        out = []
+        for s in searches:
+            for (f, seed), res in sorted(s.results.items()):
+                run = self.run_of(s.arm, f, seed)
+                rec = {"arm": s.arm.name, "batch": s.arm.batch, "optimizer": s.arm.optimizer,
+                       "lr": run.lr, "factor": f, "seed": seed, "key": run.key,
+                       "chosen_lr": f == s.best}
+                rec.update({k: v for k, v in res.items() if k not in ("code", "env")})
+                out.append(rec)
+        return out
+
+    # -- one run ---------------------------------------------------------------------
+    def _train(self, run: Run, threads: int, procs: Dict[str, subprocess.Popen]) -> Dict[str, object]:
+        os.makedirs(self.work, exist_ok=True)
+        spec = os.path.join(self.work, f"{run.key}.spec.json")
+        res_path = os.path.join(self.work, f"{run.key}.result.json")
+        log = os.path.join(self.work, f"{run.key}.log")
+        common.write_json(spec, {"overrides": run.overrides})
+        if os.path.exists(res_path):
+            os.remove(res_path)
+        t0 = time.time()
+        with open(log, "w") as f:
+            p = subprocess.Popen([sys.executable, "-m", "yasgd.bench.study_worker", "--worker",
+                                  "--spec", spec, "--result", res_path], stdout=f,
+                                 stderr=subprocess.STDOUT, env=_worker_env(threads),
+                                 cwd=common.REPO_ROOT, start_new_session=True)
+            procs[run.key] = p
+            try:
+                rc = p.wait(timeout=self.scale.run_timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                rc = "timeout"
+            finally:
+                procs.pop(run.key, None)
+        if rc != 0:
+            with open(log, errors="replace") as f:
+                tail = "".join(f.readlines()[-5:])
+            raise RuntimeError(f"run {run.key} exited with {rc}; last lines of {log}:\n{tail}")
+        with open(res_path) as f:
+            res = json.load(f)
+        res["wall_s"] = round(time.time() - t0, 1)
+        res["threads"] = threads
+        return res
+
+    # -- the loop --------------------------------------------------------------------
+    def run(self, jobs: int, max_runs: Optional[int] = None, stop_after_s: Optional[float] = None,
+            on_progress: Optional[Callable[[List[Search], bool], None]] = None) -> List[Search]:
+        threads = threads_per_job(jobs)
+        procs: Dict[str, subprocess.Popen] = {}
+        stop = threading.Event()
+        old = {}
+
+        def handler(signum, frame):   # noqa: ARG001
+            stop.set()
+            raise Interrupted(signal.Signals(signum).name)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, handler)
+        t0, started = time.time(), 0
+        in_flight: Dict[object, Run] = {}
+        ex = ThreadPoolExecutor(max_workers=jobs)
+        try:
+            while True:
+                searches = self.searches()
+                may_start = ((max_runs is None or started < max_runs)
+                             and (stop_after_s is None or time.time() - t0 < stop_after_s))
+                busy = {r.key for r in in_flight.values()}
+                for s in searches:
+                    for f, seed in s.needed:
+                        if not may_start or len(in_flight) >= jobs:
+                            break
+                        run = self.run_of(s.arm, f, seed)
+                        if run.key in busy or run.key in self.failed:
+                            continue
+                        in_flight[ex.submit(self._train, run, threads, procs)] = run
+                        busy.add(run.key)
+                        started += 1
+                        may_start = max_runs is None or started < max_runs
+                if not in_flight:
+                    break
+                done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    run = in_flight.pop(fut)
+                    try:
+                        res = fut.result()
+                    except Exception as e:  # noqa: BLE001 -- reported, not cached, not retried
+                        self.failed[run.key] = str(e)
+                        common.say(f"  run {run.arm.name} lr {run.lr:g} seed {run.seed} "
+                                   f"FAILED: {e}")
+                        continue
+                    self.cache.put(run.key, {
+                        "key": run.key,
+                        "overrides": [o for o in run.overrides
+                                      if not o.startswith(("run.dir=", "run.name="))],
+                        "config": runcache.config_dict(run.overrides),
+                        "code": res.get("code"), "env": res.get("env"), "result": res})
+                    v = res.get("val_top1")
+                    common.say(f"  [{started} started] {run.arm.name} lr {run.lr:g} seed "
+                               f"{run.seed}: validation "
+                               f"{'diverged' if v is None else f'{100 * v:.2f} %'}, "
+                               f"{res['wall_s']:.0f} s")
+                    if on_progress:
+                        on_progress(self.searches(), True)
+        except Interrupted as e:
+            for p in list(procs.values()):
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            ex.shutdown(wait=True, cancel_futures=True)
+            common.say(f"interrupted by {e}: {len(in_flight)} run(s) in flight stopped; every "
+                       f"finished run is in {self.cache.root}; the same command continues")
+            raise
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)
+            for sig, h in old.items():
+                signal.signal(sig, h)
+        searches = self.searches()
+        left = runs_left(searches)
+        if left:
+            common.say(f"stopped with at least {left} run(s) left (the same command continues)")
+        return searches
+
+
+def compute(records: Sequence[Dict[str, object]], searches: Sequence[Search]) -> Dict[str, object]:
+    """The compute of the runs in a table: trained runs, their wall and core-hours, and the
+    runs still needed at the mean wall time of a run."""
+    walls = [r.get("wall_s") or 0.0 for r in records]
+    core_h = sum((r.get("wall_s") or 0.0) * (r.get("threads") or 1) for r in records) / 3600
+    mean = sum(walls) / len(walls) if walls else 0.0
+    left = runs_left(searches)
+    return {"runs": len(records), "run_wall_h": round(sum(walls) / 3600, 2),
+            "core_h": round(core_h, 2), "mean_run_s": round(mean, 1), "runs_left_at_least": left,
+            "left_core_h_at_least": round(left * mean * (records[0].get("threads") or 1) / 3600, 2)
+            if records else None}
+
+
+def run_bench(intro: str, arms: Sequence[Arm], scale: Scale, out_dir: str, quick: bool,
+              jobs: int, max_runs: Optional[int], stop_after: Optional[float],
+              cache: Optional[str], report: Callable[..., dict]) -> dict:
+    """One sitting of a training bench: train what its arms still need, rewriting the
+    report (``report(study, searches, out_dir, quick, jobs, wall, partial, progress)``)
+    after every run, then the final report (with the plots) of what the cache holds."""
+    study = Study(arms, scale, out_dir, cache)
+    common.say(f"{intro}; cache {study.cache.root}")
+    t0 = time.time()
+    searches = study.run(jobs, max_runs=max_runs,
+                         stop_after_s=None if stop_after is None else 60 * stop_after,
+                         on_progress=lambda ss, p: report(study, ss, out_dir, quick, jobs,
+                                                          time.time() - t0, True, True))
+    partial = any(not s.done for s in searches)
+    return report(study, searches, out_dir, quick, jobs, time.time() - t0, partial)
+
+
+def bench_main(prog: str, run: Callable[..., dict], argv: Optional[List[str]] = None) -> int:
+    """``python -m yasgd.bench.NAME`` of a training bench (the CLI's ``yasgd bench NAME``
+    takes the same options)."""
+    ap = argparse.ArgumentParser(prog=prog)
+    ap.add_argument("--out", default="results")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--jobs", type=int, default=2, help="runs side by side, one process each")
+    ap.add_argument("--arms", default="", help="comma-separated arm names (default: all)")
+    ap.add_argument("--max-runs", type=int, default=None, help="start at most N runs now")
+    ap.add_argument("--stop-after", type=float, default=None,
+                    help="start no run after MIN minutes (the runs in flight finish)")
+    ap.add_argument("--cache", default=None, help="result cache folder (default OUT/runs_cache)")
+    a = ap.parse_args(argv)
+    run(a.out, a.quick, a.jobs, [x for x in a.arms.split(",") if x], a.max_runs, a.stop_after,
+        a.cache)
+    return 0
