@@ -123,7 +123,8 @@ def test_each_ablation_arm_changes_exactly_its_technique():
             "fixed-bn-momentum": {"model.bn_momentum_rule"},
             "no-zero-gamma": {"model.zero_init_last_gamma"},
             "augment-polish": {"data.pad_crop", "data.flip", "data.polish_epochs"},
-            "power-2": {"schedule.power"}}
+            "power-2": {"schedule.power"}, "warmup-16": {"schedule.warmup_epochs"},
+            "eta-0.0025": {"optim.eta"}, "momentum-0.96": {"optim.momentum"}}
     assert set(want) == {n for n in arms if n not in ("baseline", "lars-8k")}
     for name, keys in want.items():
         cfg = _config(arms[name], plan.FULL)

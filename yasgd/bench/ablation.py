@@ -7,7 +7,8 @@ momentum from the BN updates per epoch, zero-init last BN gamma); then one arm p
 of the paper, removed where the recipe uses it (LARS -> SGD momentum with its own LR
 search; no warm-up; no label smoothing; constant WD; fixed BN momentum; last gammas at 1)
 and added where the recipe leaves it out (augmentation with final polishing; polynomial
-power 2). Every arm's LR is chosen the same way (yasgd.bench.study: a grid on the
+power 2); then tuning arms, the paper's own code's values one at a time (warm-up length,
+LARS eta, momentum), tried to bring the recipe closer to the baseline. Every arm's LR is chosen the same way (yasgd.bench.study: a grid on the
 validation split, extended until its best is inside), then it trains 3 seeds there.
 
 Runs are cached (yasgd.bench.runcache, ``--out``/runs_cache, shared with ``bench
@@ -48,11 +49,15 @@ def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
     base = by.get("baseline")
     rows, effects = [], []
     for s in summaries:
-        d = _delta(s, recipe) if s["group"] in ("removed", "added") else None
+        d = _delta(s, recipe) if s["group"] in ("removed", "added", "tuning") else None
         buys = None if d is None else (-d if s["group"] == "removed" else d)
         if s["group"] in ("removed", "added"):
             effects.append({"arm": s["arm"], "technique": s["label"], "kind": s["group"],
                             "arm_minus_recipe_pts": d, "technique_buys_pts": buys,
+                            "spread_pts": _spread(s, recipe)})
+        if s["group"] == "tuning":
+            effects.append({"arm": s["arm"], "technique": s["label"], "kind": "tuning",
+                            "arm_minus_recipe_pts": d, "technique_buys_pts": None,
                             "spread_pts": _spread(s, recipe)})
         rows.append([s["label"], s["group"], "n/a" if s["best_lr"] is None else f"{s['best_lr']:g}",
                      sr.pct(s["mean_test_top1"]),
