@@ -49,14 +49,20 @@ def _pt(x: Optional[float]) -> str:
 def largebatch_reading(rec: Records) -> str:
     d = rec.bench("largebatch")
     s: Dict[int, dict] = {x["batch"]: x for x in d["setup"]["summary"]}
-    big, huge = d["setup"]["scale"]["big"], d["setup"]["scale"]["huge"]
-    b, h = s.get(big, {}), s.get(huge, {})
-    return (f"At {big // 1024}K the recipe's mean is {_pt(b.get('recipe_minus_baseline_pts'))} "
-            f"points from the batch-256 baseline's and {_pt(b.get('recipe_minus_sgd_pts'))} "
-            f"from SGD's (the larger spread of the two: "
-            f"{_pt(b.get('larger_spread_pts')).lstrip('+')} points); at {huge // 1024}K {_pt(h.get('recipe_minus_sgd_pts'))} points from "
-            f"SGD's. A difference smaller than the spread between seeds is not read as a "
-            f"result.")
+    out = []
+    for b in (d["setup"]["scale"]["big"], d["setup"]["scale"]["huge"]):
+        r = s.get(b, {})
+        lab = f"{b // 1024}K"
+        if r.get("recipe_minus_sgd_pts") is None:
+            out.append(f"At {lab} the arms have not finished their searches and seeds yet.")
+            continue
+        margin, spread = r["recipe_minus_sgd_pts"], r["larger_spread_pts"]
+        verdict = ("more than" if spread is not None and margin > spread else "not more than")
+        out.append(f"At {lab} the recipe's mean is {_pt(r['recipe_minus_baseline_pts'])} points "
+                   f"from the batch-256 baseline's and {_pt(margin)} from SGD's, {verdict} the "
+                   f"larger spread of the two arms' seeds ({_pt(spread).lstrip('+')} points).")
+    out.append("A difference smaller than the spread between seeds is not read as a result.")
+    return " ".join(out)
 
 
 def ablation_results(rec: Records) -> str:
