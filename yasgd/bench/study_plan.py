@@ -145,10 +145,6 @@ def ablation_arms(scale: Scale) -> List[Arm]:
     return arms
 
 
-def technique_kind(arm: Arm) -> str:
-    return arm.group
-
-
 def overrides(scale: Scale, run: Run, run_dir: str) -> List[str]:
     micro, k, steps = geometry(run.arm.batch, scale.limit)
     if steps == 0:

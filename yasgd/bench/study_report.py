@@ -19,17 +19,6 @@ def pts(x: Optional[float]) -> str:
     return "n/a" if x is None else f"{x:+.2f}"
 
 
-def mean_cell(s: Dict[str, object]) -> str:
-    """"91.23 ± 0.40 (3)": mean test top-1 %, spread/2 (max - min over seeds, halved), seeds."""
-    m = s.get("mean_test_top1")
-    if m is None:
-        done = len(s.get("test_top1_by_seed") or [])
-        return f"pending ({done} of {s['seeds_planned']} seeds)"
-    sp = s.get("spread_pts")
-    return (f"{100 * m:.2f}" + (f" (spread {sp:.2f})" if sp is not None else "")
-            + f", {len(s['seeds'])} seed{'s' if len(s['seeds']) != 1 else ''}")
-
-
 def search_table(summaries: Sequence[Dict[str, object]]) -> str:
     """One row per arm: every grid point's validation top-1 (the chosen one in bold, a grid
     whose best is at an edge flagged), the test top-1 of each seed at the chosen LR, the mean

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -121,11 +120,9 @@ class Study:
             on_progress: Optional[Callable[[List[Search], bool], None]] = None) -> List[Search]:
         threads = threads_per_job(jobs)
         procs: Dict[str, subprocess.Popen] = {}
-        stop = threading.Event()
         old = {}
 
         def handler(signum, frame):   # noqa: ARG001
-            stop.set()
             raise Interrupted(signal.Signals(signum).name)
 
         for sig in (signal.SIGINT, signal.SIGTERM):
