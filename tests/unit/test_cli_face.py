@@ -72,3 +72,19 @@ def test_study_bench_argument_errors_are_one_line(tmp_path, args, message):
     assert rc == 2 and err.startswith("yasgd: error: ") and err.count("\n") == 1, err
     assert message in err, err
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_study_bench_reports_from_an_empty_cache_into_a_new_directory(tmp_path):
+    """``--max-runs 0``: the report of what the cache holds (nothing yet), no run trained,
+    the results directory made."""
+    out, cache = tmp_path / "new" / "out", tmp_path / "cache"
+    rc, stdout, err = _run(YASGD, "bench", "ablation", "--out", str(out), "--cache", str(cache),
+                           "--max-runs", "0")
+    assert rc == 0, err
+    assert "Traceback" not in err and " started] " not in stdout
+    assert not cache.exists() or not list(cache.glob("*.json"))
+    import json
+    d = json.load(open(out / "bench_ablation.json"))
+    assert d["partial"] is True and d["records"] == []
+    assert all(not a["complete"] and a["seeds"] == [] for a in d["setup"]["arms"])
+    assert "PARTIAL: 0 of 13 arms complete" in (out / "bench_ablation.md").read_text()

@@ -73,6 +73,58 @@ def test_search_counts_a_diverged_run_as_zero_and_stops_at_the_cap():
     assert len(s.grid) == study.MAX_GRID and s.capped and not s.interior and s.best == s.grid[-1]
 
 
+def test_grids_line_counts_arms_inside_and_needs_every_arm_complete():
+    from yasgd.bench import common, study_report
+    done_have, done = _peak_lookup(2.0)
+    s_in, _ = _drive(_arm(), done, done_have)                    # inside, 3 seeds
+    edge_have, edge = _peak_lookup(1e6)
+    s_edge, _ = _drive(_arm(), edge, edge_have)                  # capped at the edge
+    line = study_report.grids_line([s_in.summary(), s_edge.summary()])
+    assert (line["value"], line["threshold"], line["met"]) == (1, 2, False)
+    row = common.acceptance_table([line]).splitlines()[-1]
+    assert "| 1 of 2 arms |" in row and "**not met**" in row
+    line = study_report.grids_line([s_in.summary(), s_in.summary()])
+    assert line["met"] and "| 2 of 2 arms | met |" in common.acceptance_table([line])
+
+
+def _finished(name, group, tests):
+    """A finished search whose seeds scored ``tests`` on the test set."""
+    have = {}
+
+    def lookup(arm, f, seed):
+        if (f, seed) not in have:
+            return None
+        return {"val_top1": 0.9 - 0.01 * math.log2(f / 2.0) ** 2, "test_top1": tests[seed]}
+    arm = study.Arm(name, name, 8192, "lars", (1.0, 2.0, 4.0), (), len(tests), group)
+    return _drive(arm, lookup, have)[0].summary()
+
+
+def test_ablation_table_signs_and_the_spread_rule():
+    from yasgd.bench import ablation
+    recipe = _finished("lars-8k", "recipe", [0.890, 0.895, 0.900])        # mean 89.5, spread 1.0
+    rows = [_finished("baseline", "baseline", [0.92, 0.92, 0.92]), recipe,
+            _finished("no-x", "removed", [0.870, 0.870, 0.875]),          # buys +2.33 > 1.0
+            _finished("plus-y", "added", [0.893, 0.896, 0.899]),          # buys +0.1, inside
+            _finished("tune-z", "tuning", [0.880, 0.880, 0.880])]         # arm - recipe -1.5
+    t = ablation.tables(rows)
+    assert t["recipe_minus_baseline_8k"] == pytest.approx(-2.5, abs=1e-9)
+    eff = {e["arm"]: e for e in t["effects"]}
+    assert eff["no-x"]["technique_buys_pts"] == pytest.approx(89.5 - 87.1667, abs=1e-3)
+    assert eff["no-x"]["spread_pts"] == pytest.approx(1.0, abs=1e-9) and eff["no-x"]["beyond_spread"]
+    assert eff["plus-y"]["technique_buys_pts"] == pytest.approx(0.1, abs=1e-9)
+    assert eff["plus-y"]["beyond_spread"] is False
+    assert eff["tune-z"]["technique_buys_pts"] is None
+    assert eff["tune-z"]["arm_minus_recipe_pts"] == pytest.approx(-1.5, abs=1e-9)
+    assert eff["tune-z"]["beyond_spread"] is True
+    lines = {ln.split("|")[1].strip(): ln for ln in t["table"].splitlines()[2:]}
+    assert lines["no-x"].rstrip().endswith("| +2.33 | 1.00 | yes |")
+    assert lines["plus-y"].rstrip().endswith("| +0.10 | 1.00 | no |")
+    # an arm still training is never judged
+    partial = _finished("no-w", "removed", [0.85, 0.86, 0.87])
+    partial["complete"], partial["seeds"] = False, [0, 1]
+    assert ablation.tables([recipe, partial])["effects"][0]["beyond_spread"] is None
+
+
 def test_search_ignores_runs_it_did_not_ask_for():
     have, lookup = _peak_lookup(2.0, have={(8.0, 0): True, (0.5, 0): True})
     s, asked = _drive(_arm(), lookup, have)

@@ -49,23 +49,30 @@ def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
     base = by.get("baseline")
     rows, effects = [], []
     for s in summaries:
-        d = _delta(s, recipe) if s["group"] in ("removed", "added", "tuning") else None
+        compared = s["group"] in ("removed", "added", "tuning")
+        d = _delta(s, recipe) if compared else None
         buys = None if d is None else (-d if s["group"] == "removed" else d)
-        if s["group"] in ("removed", "added"):
+        spread = _spread(s, recipe) if compared else None
+        # a difference is shown only when it exceeds the larger of the two arms' spreads,
+        # judged once every seed of both arms has trained
+        beyond = (None if d is None or spread is None
+                  or not (s["complete"] and recipe["complete"]) else abs(d) > spread)
+        if compared:
             effects.append({"arm": s["arm"], "technique": s["label"], "kind": s["group"],
-                            "arm_minus_recipe_pts": d, "technique_buys_pts": buys,
-                            "spread_pts": _spread(s, recipe)})
-        if s["group"] == "tuning":
-            effects.append({"arm": s["arm"], "technique": s["label"], "kind": "tuning",
-                            "arm_minus_recipe_pts": d, "technique_buys_pts": None,
-                            "spread_pts": _spread(s, recipe)})
+                            "arm_minus_recipe_pts": d,
+                            "technique_buys_pts": None if s["group"] == "tuning" else buys,
+                            "spread_pts": spread, "beyond_spread": beyond})
         rows.append([s["label"], s["group"], "n/a" if s["best_lr"] is None else f"{s['best_lr']:g}",
                      sr.pct(s["mean_test_top1"]),
                      "n/a" if s["spread_pts"] is None else f"{s['spread_pts']:.2f}",
-                     f"{len(s['seeds'])}/{s['seeds_planned']}", sr.pts(d), sr.pts(buys)])
+                     f"{len(s['seeds'])}/{s['seeds_planned']}", sr.pts(d),
+                     sr.pts(None if s["group"] == "tuning" else buys),
+                     "n/a" if spread is None else f"{spread:.2f}",
+                     {True: "yes", False: "no", None: "n/a"}[beyond]])
     table = common.md_table(["arm", "kind", "chosen LR", "mean test top-1 %", "spread (pts)",
-                             "seeds", "arm - recipe (pts)", "the technique buys (pts)"],
-                            rows, "llrrrrrr")
+                             "seeds", "arm - recipe (pts)", "the technique buys (pts)",
+                             "larger spread of the two (pts)", "beyond it"],
+                            rows, "llrrrrrrrl")
     return {"table": table, "effects": effects,
             "recipe_minus_baseline_8k": _delta(recipe, base) if recipe else None}
 
@@ -114,8 +121,9 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
              f"{study.scale.polish_epochs} epoch(s) without: the final polishing); batches "
              f"above 512 accumulated from micro-batches of 512.",
              "The technique buys: recipe - arm for a technique the recipe uses (points lost "
-             "without it), arm - recipe for one it leaves out (points it would add); spread "
-             "shown is the larger of the two arms' spreads.",
+             "without it), arm - recipe for one it leaves out (points it would add); a "
+             "difference counts as shown (\"beyond it\") only when it is larger than the "
+             "larger of the two arms' spreads, once both have every seed.",
              sr.compute_note(comp, jobs),
              f"Code version of every run in this table: {', '.join(versions) or 'n/a'} (the "
              f"cache reads only runs of the checkout's code)."]

@@ -32,16 +32,23 @@ def fmt(x: Optional[float], digits: int = 1) -> str:
 
 
 def acceptance(criterion: str, value: Optional[float], threshold: float,
-               higher_is_better: bool = True, unit: str = "x") -> Dict[str, object]:
-    """One acceptance line: ``value`` against ``threshold`` (met or not, never hidden)."""
+               higher_is_better: bool = True, unit: str = "x",
+               count: bool = False) -> Dict[str, object]:
+    """One acceptance line: ``value`` against ``threshold`` (met or not, never hidden);
+    ``count``: both are whole numbers of things, shown as "value of threshold"."""
     met = None if value is None else (value >= threshold if higher_is_better else value <= threshold)
-    return {"criterion": criterion, "value": None if value is None else round(value, 3),
+    line = {"criterion": criterion, "value": None if value is None else round(value, 3),
             "threshold": threshold, "unit": unit, "met": met}
+    if count:
+        line["count"] = True
+    return line
 
 
 def acceptance_value(a: Dict[str, object]) -> str:
-    """Two decimals, three when the verdict hinges on the third."""
+    """Two decimals, three when the verdict hinges on the third; counts as "n of m"."""
     v, t = float(a["value"]), float(a.get("threshold") or 0)
+    if a.get("count"):
+        return f"{v:.0f} of {t:.0f}"
     return f"{v:.3f}" if abs(v - t) < 0.01 else f"{v:.2f}"
 
 

@@ -45,8 +45,8 @@ def search_table(summaries: Sequence[Dict[str, object]]) -> str:
 def grids_line(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
     """Acceptance: every arm's best LR strictly inside its grid."""
     inside = sum(1 for s in summaries if s["best_inside_grid"])
-    line = common.acceptance("every arm's best LR (validation) strictly inside its LR grid "
-                             "(arms)", inside, len(summaries), unit=" arms")
+    line = common.acceptance("every arm's best LR (validation) strictly inside its LR grid",
+                             inside, len(summaries), unit=" arms", count=True)
     line["met"] = inside == len(summaries) and all(s["complete"] for s in summaries)
     return line
 
@@ -56,9 +56,11 @@ def compute_note(comp: Dict[str, object], jobs: int) -> str:
     return (f"Compute: {comp['runs']} runs in this table, {comp['run_wall_h']:.2f} h of run "
             f"wall time ({comp['core_h']:.2f} core-hours; {comp['mean_run_s']:.0f} s a run, "
             f"{jobs} side by side)"
-            + (f"; at least {left} run(s) still to train (about {comp['left_core_h_at_least']:.1f} "
-               f"more core-hours): the same command continues from the cache." if left else
-               "; nothing left to train."))
+            + ("; nothing left to train." if not left else
+               f"; at least {left} run(s) still to train"
+               + ("" if comp.get("left_core_h_at_least") is None else
+                  f" (about {comp['left_core_h_at_least']:.1f} more core-hours)")
+               + ": the same command continues from the cache."))
 
 
 def method_note(scale) -> str:
@@ -72,7 +74,7 @@ def method_note(scale) -> str:
             + (f"its first {scale.eval_limit:,} images" if scale.eval_limit else "all 10,000 images")
             + ") is read once per "
             "run, after training, and only for the tables: an arm's figure is the mean of its "
-            "seeds. test top-1 at the chosen LR, its spread max - min over those seeds.")
+            "seeds' test top-1 at the chosen LR, its spread max - min over those seeds.")
 
 
 def relative_paths(obj, out_dir: str):

@@ -212,6 +212,7 @@ def run_bench(intro: str, arms: Sequence[Arm], scale: Scale, out_dir: str, quick
     """One sitting of a training bench: train what its arms still need, rewriting the
     report (``report(study, searches, out_dir, quick, jobs, wall, partial, progress)``)
     after every run, then the final report (with the plots) of what the cache holds."""
+    os.makedirs(out_dir, exist_ok=True)     # --max-runs 0 writes the report and nothing else
     study = Study(arms, scale, out_dir, cache)
     common.say(f"{intro}; cache {study.cache.root}")
     t0 = time.time()
