@@ -239,3 +239,9 @@ def test_loaded_code_hashes_the_sources_this_process_imported():
     code = runcache.loaded_code()
     assert code["yasgd.schedule"] == _sha(sched.__file__)
     assert all(m == "yasgd" or m.startswith("yasgd.") for m in code)
+
+
+def test_points_are_signed_but_zero_is_not():
+    from yasgd.bench.study_report import pts
+    assert [pts(-0.001), pts(0.0), pts(1.234), pts(-0.5), pts(None)] == \
+        ["0.00", "0.00", "+1.23", "-0.50", "n/a"]

@@ -16,7 +16,10 @@ def pct(x: Optional[float]) -> str:
 
 
 def pts(x: Optional[float]) -> str:
-    return "n/a" if x is None else f"{x:+.2f}"
+    if x is None:
+        return "n/a"
+    r = round(x, 2)
+    return "0.00" if r == 0 else f"{r:+.2f}"       # no signed zero
 
 
 def search_table(summaries: Sequence[Dict[str, object]]) -> str:
