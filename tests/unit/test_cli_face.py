@@ -1,5 +1,6 @@
 """What users see first: ``yasgd --help``, and ``yasgd launch`` beside ``python -m
 yasgd.launch`` (one code path, yasgd.launch.main) with one-line argument errors."""
+import json
 import os
 import subprocess
 import sys
@@ -83,7 +84,6 @@ def test_study_bench_reports_from_an_empty_cache_into_a_new_directory(tmp_path):
     assert rc == 0, err
     assert "Traceback" not in err and " started] " not in stdout
     assert not cache.exists() or not list(cache.glob("*.json"))
-    import json
     d = json.load(open(out / "bench_ablation.json"))
     assert d["partial"] is True and d["records"] == []
     assert all(not a["complete"] and a["seeds"] == [] for a in d["setup"]["arms"])

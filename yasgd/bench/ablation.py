@@ -36,11 +36,6 @@ def _delta(a: Dict[str, object], b: Optional[Dict[str, object]]) -> Optional[flo
     return 100 * (a["mean_test_top1"] - b["mean_test_top1"])
 
 
-def _spread(*ss: Optional[Dict[str, object]]) -> Optional[float]:
-    vals = [s.get("spread_pts") for s in ss if s is not None]
-    return None if not vals or None in vals else max(vals)
-
-
 def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
     """The ablation table: per technique, the arm's mean and spread and the points the
     technique buys (recipe - arm where the arm removes it, arm - recipe where it adds it)."""
@@ -51,8 +46,10 @@ def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
     for s in summaries:
         compared = s["group"] in ("removed", "added", "tuning")
         d = _delta(s, recipe) if compared else None
-        buys = None if d is None else (-d if s["group"] == "removed" else d)
-        spread = _spread(s, recipe) if compared else None
+        # tuning arms are settings tried, not a technique removed or added: no "buys"
+        buys = (None if d is None or s["group"] == "tuning"
+                else -d if s["group"] == "removed" else d)
+        spread = sr.larger_spread(s, recipe) if compared else None
         # a difference is shown only when it exceeds the larger of the two arms' spreads,
         # judged once every seed of both arms has trained
         beyond = (None if d is None or spread is None
@@ -60,13 +57,13 @@ def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
         if compared:
             effects.append({"arm": s["arm"], "technique": s["label"], "kind": s["group"],
                             "arm_minus_recipe_pts": d,
-                            "technique_buys_pts": None if s["group"] == "tuning" else buys,
+                            "technique_buys_pts": buys,
                             "spread_pts": spread, "beyond_spread": beyond})
         rows.append([s["label"], s["group"], "n/a" if s["best_lr"] is None else f"{s['best_lr']:g}",
                      sr.pct(s["mean_test_top1"]),
                      "n/a" if s["spread_pts"] is None else f"{s['spread_pts']:.2f}",
                      f"{len(s['seeds'])}/{s['seeds_planned']}", sr.pts(d),
-                     sr.pts(None if s["group"] == "tuning" else buys),
+                     sr.pts(buys),
                      "n/a" if spread is None else f"{spread:.2f}",
                      {True: "yes", False: "no", None: "n/a"}[beyond]])
     table = common.md_table(["arm", "kind", "chosen LR", "mean test top-1 %", "spread (pts)",

@@ -50,14 +50,13 @@ def summary_rows(summaries: Sequence[Dict[str, object]]) -> List[Dict[str, objec
     for b in sorted({s["batch"] for s in summaries if s["arm"] != "baseline"}):
         lars, sgd = by.get(("lars", b)), by.get(("sgd", b))
         lm, sm = (lars or {}).get("mean_test_top1"), (sgd or {}).get("mean_test_top1")
-        spreads = [x.get("spread_pts") for x in (lars, sgd) if x]
         out.append({"batch": b, "recipe_mean": lm, "recipe_spread_pts": (lars or {}).get("spread_pts"),
                     "recipe_lr": (lars or {}).get("best_lr"), "sgd_mean": sm,
                     "sgd_spread_pts": (sgd or {}).get("spread_pts"), "sgd_lr": (sgd or {}).get("best_lr"),
                     "seeds": min(len((x or {}).get("seeds") or []) for x in (lars, sgd)),
                     "recipe_minus_baseline_pts": None if lm is None or not bm else 100 * (lm - bm),
                     "recipe_minus_sgd_pts": None if lm is None or sm is None else 100 * (lm - sm),
-                    "larger_spread_pts": None if None in spreads or not spreads else max(spreads)})
+                    "larger_spread_pts": sr.larger_spread(lars, sgd)})
     return out
 
 

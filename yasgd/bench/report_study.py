@@ -43,7 +43,7 @@ def largebatch_results(rec: Records) -> str:
 
 
 def _pt(x: Optional[float]) -> str:
-    return "pending" if x is None else f"{x:+.2f}"
+    return "pending" if x is None else sr.pts(x)
 
 
 def largebatch_reading(rec: Records) -> str:

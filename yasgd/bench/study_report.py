@@ -22,6 +22,12 @@ def pts(x: Optional[float]) -> str:
     return "0.00" if r == 0 else f"{r:+.2f}"       # no signed zero
 
 
+def larger_spread(*summaries: Optional[Dict[str, object]]) -> Optional[float]:
+    """The larger of the given arms' spreads (points); None while any has none."""
+    vals = [s.get("spread_pts") for s in summaries if s is not None]
+    return None if not vals or None in vals else max(vals)
+
+
 def search_table(summaries: Sequence[Dict[str, object]]) -> str:
     """One row per arm: every grid point's validation top-1 (the chosen one in bold, a grid
     whose best is at an edge flagged), the test top-1 of each seed at the chosen LR, the mean
