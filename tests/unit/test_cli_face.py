@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from yasgd.bench import study_plan
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
 LAUNCHERS = {"yasgd launch": [YASGD, "launch"],
@@ -87,4 +89,6 @@ def test_study_bench_reports_from_an_empty_cache_into_a_new_directory(tmp_path):
     d = json.load(open(out / "bench_ablation.json"))
     assert d["partial"] is True and d["records"] == []
     assert all(not a["complete"] and a["seeds"] == [] for a in d["setup"]["arms"])
-    assert "PARTIAL: 0 of 13 arms complete" in (out / "bench_ablation.md").read_text()
+    n = len(d["setup"]["arms"])
+    assert n == len(study_plan.ablation_arms(study_plan.FULL))
+    assert f"PARTIAL: 0 of {n} arms complete" in (out / "bench_ablation.md").read_text()

@@ -87,14 +87,16 @@ def test_grids_line_counts_arms_inside_and_needs_every_arm_complete():
     assert line["met"] and "| 2 of 2 arms | met |" in common.acceptance_table([line])
 
 
-def _finished(name, group, tests):
-    """A finished search whose seeds scored ``tests`` on the test set."""
+def _finished(name, group, tests, vals=None):
+    """A finished search whose seeds scored ``tests`` on the test set (and ``vals`` on the
+    validation split at the chosen LR 2.0; 0.9 where not given)."""
     have = {}
 
     def lookup(arm, f, seed):
         if (f, seed) not in have:
             return None
-        return {"val_top1": 0.9 - 0.01 * math.log2(f / 2.0) ** 2, "test_top1": tests[seed]}
+        val = vals[seed] if vals and f == 2.0 else 0.9 - 0.01 * math.log2(f / 2.0) ** 2
+        return {"val_top1": val, "test_top1": tests[seed]}
     arm = study.Arm(name, name, 8192, "lars", (1.0, 2.0, 4.0), (), len(tests), group)
     return _drive(arm, lookup, have)[0].summary()
 
@@ -123,6 +125,31 @@ def test_ablation_table_signs_and_the_spread_rule():
     partial = _finished("no-w", "removed", [0.85, 0.86, 0.87])
     partial["complete"], partial["seeds"] = False, [0, 1]
     assert ablation.tables([recipe, partial])["effects"][0]["beyond_spread"] is None
+
+
+def test_recipe_setting_is_picked_on_the_validation_mean_not_the_test_mean():
+    from yasgd.bench import ablation
+    recipe = _finished("lars-8k", "recipe", [0.89] * 3, vals=[0.90, 0.90, 0.90])
+    on_val = _finished("tune-a", "tuning", [0.88] * 3, vals=[0.91, 0.92, 0.935])
+    on_test = _finished("tune-b", "tuning", [0.95] * 3, vals=[0.905, 0.905, 0.905])
+    assert on_val["mean_val_top1"] == pytest.approx((0.91 + 0.92 + 0.935) / 3, abs=1e-12)
+    assert on_val["val_top1_by_seed"] == [0.91, 0.92, 0.935]
+    t = ablation.tables([recipe, on_val, on_test])
+    b = t["best_on_validation"]
+    assert b["arm"] == "tune-a" and b["tuning_arms_compared"] == 2
+    assert b["arm_minus_recipe_val_pts"] == pytest.approx(100 * (0.92167 - 0.90), abs=1e-3)
+    row = next(ln for ln in t["table"].splitlines() if ln.startswith("| tune-a |"))
+    assert "| 88.00 | 92.17 |" in row
+    assert "tune-a is best, 92.17 % against the recipe's 90.00 % (+2.17 pts)" in \
+        ablation._validation_note(b)
+    # no tuning arm above the recipe (a tie keeps the recipe); an arm still training is
+    # not compared; nothing to say before one tuning arm is complete
+    tie = _finished("tune-c", "tuning", [0.99] * 3, vals=[0.90] * 3)
+    b = ablation.tables([recipe, tie])["best_on_validation"]
+    assert b["arm"] == "lars-8k" and "none of the 1 tuning arm(s) beats" in ablation._validation_note(b)
+    on_val["complete"] = False
+    assert ablation.tables([recipe, on_val])["best_on_validation"] is None
+    assert "n/a until" in ablation._validation_note(None)
 
 
 def test_search_ignores_runs_it_did_not_ask_for():
@@ -176,13 +203,19 @@ def test_each_ablation_arm_changes_exactly_its_technique():
             "no-zero-gamma": {"model.zero_init_last_gamma"},
             "augment-polish": {"data.pad_crop", "data.flip", "data.polish_epochs"},
             "power-2": {"schedule.power"}, "warmup-16": {"schedule.warmup_epochs"},
-            "eta-0.0025": {"optim.eta"}, "momentum-0.96": {"optim.momentum"}}
+            "eta-0.0025": {"optim.eta"}, "momentum-0.96": {"optim.momentum"},
+            "eta-0.0025-gamma-1": {"optim.eta", "model.zero_init_last_gamma"}}
     assert set(want) == {n for n in arms if n not in ("baseline", "lars-8k")}
     for name, keys in want.items():
         cfg = _config(arms[name], plan.FULL)
         diff = {f"{s}.{k}" for s in cfg for k in cfg[s] if cfg[s][k] != recipe[s][k]}
         assert diff - {"optim.lr"} == keys, name
     assert _config(arms["augment-polish"], plan.FULL)["data"]["polish_epochs"] == 2
+    # the combined tuning arm holds exactly the values of the two arms it combines
+    both = _config(arms["eta-0.0025-gamma-1"], plan.FULL)
+    assert both["optim"]["eta"] == _config(arms["eta-0.0025"], plan.FULL)["optim"]["eta"]
+    assert (both["model"]["zero_init_last_gamma"]
+            == _config(arms["no-zero-gamma"], plan.FULL)["model"]["zero_init_last_gamma"])
 
 
 def test_shared_arms_share_cache_keys():
@@ -245,3 +278,16 @@ def test_points_are_signed_but_zero_is_not():
     from yasgd.bench.study_report import pts
     assert [pts(-0.001), pts(0.0), pts(1.234), pts(-0.5), pts(None)] == \
         ["0.00", "0.00", "+1.23", "-0.50", "n/a"]
+
+
+def test_acceptance_line_strict_and_unknown_threshold():
+    """``strict``: passing the line, not reaching it (the large-batch "more than the spread"
+    lines); a line whose threshold is not known yet is not judged."""
+    from yasgd.bench import common
+    assert common.acceptance("x", 1.0, 1.0)["met"] is True
+    assert common.acceptance("x", 1.0, 1.0, strict=True)["met"] is False
+    assert common.acceptance("x", 1.001, 1.0, strict=True)["met"] is True
+    assert common.acceptance("x", 0.5, 1.0, higher_is_better=False, strict=True)["met"] is True
+    assert common.acceptance("x", 1.0, 1.0, higher_is_better=False, strict=True)["met"] is False
+    line = common.acceptance("x", 2.0, None, strict=True)
+    assert line["met"] is None and "| n/a |" in common.acceptance_table([line])

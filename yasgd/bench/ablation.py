@@ -8,8 +8,11 @@ of the paper, removed where the recipe uses it (LARS -> SGD momentum with its ow
 search; no warm-up; no label smoothing; constant WD; fixed BN momentum; last gammas at 1)
 and added where the recipe leaves it out (augmentation with final polishing; polynomial
 power 2); then tuning arms, the paper's own code's values one at a time (warm-up length,
-LARS eta, momentum), tried to bring the recipe closer to the baseline. Every arm's LR is chosen the same way (yasgd.bench.study: a grid on the
-validation split, extended until its best is inside), then it trains 3 seeds there.
+LARS eta, momentum) and the settings that raised the validation mean together, tried to
+bring the recipe closer to the baseline. Every arm's LR is chosen the same way
+(yasgd.bench.study: a grid on the validation split, extended until its best is inside), then
+it trains 3 seeds there; the validation means over those seeds say which setting the recipe
+should take.
 
 Runs are cached (yasgd.bench.runcache, ``--out``/runs_cache, shared with ``bench
 largebatch``): the bench continues where an interrupted one stopped and may take more than
@@ -60,18 +63,51 @@ def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
                             "technique_buys_pts": buys,
                             "spread_pts": spread, "beyond_spread": beyond})
         rows.append([s["label"], s["group"], "n/a" if s["best_lr"] is None else f"{s['best_lr']:g}",
-                     sr.pct(s["mean_test_top1"]),
+                     sr.pct(s["mean_test_top1"]), sr.pct(s.get("mean_val_top1")),
                      "n/a" if s["spread_pts"] is None else f"{s['spread_pts']:.2f}",
                      f"{len(s['seeds'])}/{s['seeds_planned']}", sr.pts(d),
                      sr.pts(buys),
                      "n/a" if spread is None else f"{spread:.2f}",
                      {True: "yes", False: "no", None: "n/a"}[beyond]])
-    table = common.md_table(["arm", "kind", "chosen LR", "mean test top-1 %", "spread (pts)",
+    table = common.md_table(["arm", "kind", "chosen LR", "mean test top-1 %",
+                             "mean validation top-1 %", "spread (pts)",
                              "seeds", "arm - recipe (pts)", "the technique buys (pts)",
                              "larger spread of the two (pts)", "beyond it"],
-                            rows, "llrrrrrrrl")
+                            rows, "llrrrrrrrrl")
     return {"table": table, "effects": effects,
-            "recipe_minus_baseline_8k": _delta(recipe, base) if recipe else None}
+            "recipe_minus_baseline_8k": _delta(recipe, base) if recipe else None,
+            "best_on_validation": best_on_validation(summaries)}
+
+
+def best_on_validation(summaries: Sequence[Dict[str, object]]) -> Optional[Dict[str, object]]:
+    """Which recipe setting the validation split prefers: the recipe or a tuning arm, by the
+    mean validation top-1 over seeds at each arm's chosen LR (complete arms only; None until
+    the recipe and one tuning arm are complete). Ties keep the recipe."""
+    cands = [s for s in summaries if s["group"] in ("recipe", "tuning") and s["complete"]
+             and s.get("mean_val_top1") is not None]
+    recipe = next((s for s in cands if s["group"] == "recipe"), None)
+    if recipe is None or len(cands) < 2:
+        return None
+    best = max(cands, key=lambda s: (s["mean_val_top1"], s["group"] == "recipe"))
+    return {"arm": best["arm"], "label": best["label"],
+            "mean_val_top1": best["mean_val_top1"],
+            "recipe_mean_val_top1": recipe["mean_val_top1"],
+            "arm_minus_recipe_val_pts": 100 * (best["mean_val_top1"] - recipe["mean_val_top1"]),
+            "tuning_arms_compared": sum(1 for s in cands if s["group"] == "tuning")}
+
+
+def _validation_note(b: Optional[Dict[str, object]]) -> str:
+    head = ("Recipe settings are compared on the validation split (mean validation top-1 over "
+            "seeds at each arm's chosen LR; the test set only reports): ")
+    if b is None:
+        return head + "n/a until the recipe and a tuning arm have every seed."
+    if b["arm_minus_recipe_val_pts"] <= 0:
+        return head + (f"none of the {b['tuning_arms_compared']} tuning arm(s) beats the recipe "
+                       f"as shipped ({sr.pct(b['recipe_mean_val_top1'])} %).")
+    return head + (f"of the {b['tuning_arms_compared']} tuning arm(s), {b['label']} is best, "
+                   f"{sr.pct(b['mean_val_top1'])} % against the recipe's "
+                   f"{sr.pct(b['recipe_mean_val_top1'])} % "
+                   f"({sr.pts(b['arm_minus_recipe_val_pts'])} pts).")
 
 
 def _plot(effects: List[Dict[str, object]], out_dir: str, quick: bool) -> Optional[str]:
@@ -121,6 +157,7 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
              "without it), arm - recipe for one it leaves out (points it would add); a "
              "difference counts as shown (\"beyond it\") only when it is larger than the "
              "larger of the two arms' spreads, once both have every seed.",
+             _validation_note(t["best_on_validation"]),
              sr.compute_note(comp, jobs),
              f"Code version of every run in this table: {', '.join(versions) or 'n/a'} (the "
              f"cache reads only runs of the checkout's code)."]
@@ -138,7 +175,8 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
         quick=quick, hw=common.hardware({"jobs": jobs}), acceptance_lines=acc,
         plots=[plot] if plot else [],
         extra={"seeds": sr.seeds_of(summaries), "recipe_minus_baseline_8k": rb,
-               "effects": t["effects"], "partial": partial})
+               "effects": t["effects"], "best_on_validation": t["best_on_validation"],
+               "partial": partial})
     if not progress:
         common.say(t["table"])
         common.say(common.acceptance_table(acc))

@@ -31,12 +31,18 @@ def fmt(x: Optional[float], digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
 
 
-def acceptance(criterion: str, value: Optional[float], threshold: float,
+def acceptance(criterion: str, value: Optional[float], threshold: Optional[float],
                higher_is_better: bool = True, unit: str = "x",
-               count: bool = False) -> Dict[str, object]:
-    """One acceptance line: ``value`` against ``threshold`` (met or not, never hidden);
-    ``count``: both are whole numbers of things, shown as "value of threshold"."""
-    met = None if value is None else (value >= threshold if higher_is_better else value <= threshold)
+               count: bool = False, strict: bool = False) -> Dict[str, object]:
+    """One acceptance line: ``value`` against ``threshold`` (met or not, never hidden; not
+    judged while either is unknown); ``strict``: the value must pass the threshold, not
+    reach it; ``count``: both are whole numbers of things, shown as "value of threshold"."""
+    if value is None or threshold is None:
+        met = None
+    elif higher_is_better:
+        met = value > threshold if strict else value >= threshold
+    else:
+        met = value < threshold if strict else value <= threshold
     line = {"criterion": criterion, "value": None if value is None else round(value, 3),
             "threshold": threshold, "unit": unit, "met": met}
     if count:

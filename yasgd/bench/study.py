@@ -103,6 +103,8 @@ class Search:
     def summary(self) -> Dict[str, object]:
         tests = [r.get("test_top1") for r in self.seed_results()]
         ok = [t for t in tests if t is not None]
+        vals = [r.get("val_top1") for r in self.seed_results()]
+        vok = [v for v in vals if v is not None]
         seeds_done = len(tests)
         return {
             "arm": self.arm.name, "label": self.arm.label, "batch": self.arm.batch,
@@ -117,7 +119,9 @@ class Search:
             "best_factor": self.best, "best_inside_grid": self.interior, "grid_capped": self.capped,
             "seeds": list(range(SEED_BASE, SEED_BASE + seeds_done)),
             "seeds_planned": self.arm.seeds,
-            "test_top1_by_seed": tests,
+            "test_top1_by_seed": tests, "val_top1_by_seed": vals,
+            # the validation mean at the chosen LR: what picks a recipe setting
+            "mean_val_top1": sum(vok) / len(vok) if vok and len(vok) == len(vals) else None,
             "mean_test_top1": sum(ok) / len(ok) if ok and len(ok) == len(tests) else None,
             "spread_pts": 100 * (max(ok) - min(ok)) if len(ok) > 1 and len(ok) == len(tests) else None,
             "complete": self.done,
