@@ -58,7 +58,8 @@ def test_two_rank_recordio_run_with_validation(tmp_path):
     conv = subprocess.run([YASGD, "data", "im2rec", src, str(tmp_path / "rec"), "--resize", "40",
                            "--no-progress"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert conv.returncode == 0, conv.stderr
-    proc = launch(2, TINY, f"run.dir={tmp_path}/runs", "data.kind=recordio",
+    # data.eval_limit is a Fashion-MNIST key: off for RecordIO
+    proc = launch(2, TINY, f"run.dir={tmp_path}/runs", "data.kind=recordio", "data.eval_limit=0",
                   f"data.root={tmp_path}/rec", "data.image_size=32", "data.val_resize=36",
                   "data.threads=1", "train.global_batch=32", "train.epochs=2", "train.max_steps=0",
                   "data.polish_epochs=1", "train.log_interval=1")
