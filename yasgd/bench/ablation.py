@@ -33,10 +33,12 @@ from yasgd.bench.study_run import Study, bench_main, compute, run_bench
 NAME = "ablation"
 
 
-def _delta(a: Dict[str, object], b: Optional[Dict[str, object]]) -> Optional[float]:
-    if b is None or a.get("mean_test_top1") is None or b.get("mean_test_top1") is None:
+def _delta(a: Dict[str, object], b: Optional[Dict[str, object]],
+           key: str = "mean_test_top1") -> Optional[float]:
+    """a - b in points on ``key`` (the test mean unless told); None while either is unknown."""
+    if b is None or a.get(key) is None or b.get(key) is None:
         return None
-    return 100 * (a["mean_test_top1"] - b["mean_test_top1"])
+    return 100 * (a[key] - b[key])
 
 
 def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
@@ -92,7 +94,7 @@ def best_on_validation(summaries: Sequence[Dict[str, object]]) -> Optional[Dict[
     return {"arm": best["arm"], "label": best["label"],
             "mean_val_top1": best["mean_val_top1"],
             "recipe_mean_val_top1": recipe["mean_val_top1"],
-            "arm_minus_recipe_val_pts": 100 * (best["mean_val_top1"] - recipe["mean_val_top1"]),
+            "arm_minus_recipe_val_pts": _delta(best, recipe, "mean_val_top1"),
             "tuning_arms_compared": sum(1 for s in cands if s["group"] == "tuning")}
 
 

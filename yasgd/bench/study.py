@@ -101,11 +101,10 @@ class Search:
                 if (self.best, s) in self.results]
 
     def summary(self) -> Dict[str, object]:
-        tests = [r.get("test_top1") for r in self.seed_results()]
-        ok = [t for t in tests if t is not None]
-        vals = [r.get("val_top1") for r in self.seed_results()]
-        vok = [v for v in vals if v is not None]
-        seeds_done = len(tests)
+        runs = self.seed_results()
+        tests = [r.get("test_top1") for r in runs]
+        vals = [r.get("val_top1") for r in runs]
+        seeds_done = len(runs)
         return {
             "arm": self.arm.name, "label": self.arm.label, "batch": self.arm.batch,
             "optimizer": self.arm.optimizer, "group": self.arm.group,
@@ -121,11 +120,17 @@ class Search:
             "seeds_planned": self.arm.seeds,
             "test_top1_by_seed": tests, "val_top1_by_seed": vals,
             # the validation mean at the chosen LR: what picks a recipe setting
-            "mean_val_top1": sum(vok) / len(vok) if vok and len(vok) == len(vals) else None,
-            "mean_test_top1": sum(ok) / len(ok) if ok and len(ok) == len(tests) else None,
-            "spread_pts": 100 * (max(ok) - min(ok)) if len(ok) > 1 and len(ok) == len(tests) else None,
+            "mean_val_top1": _mean_of_every(vals),
+            "mean_test_top1": _mean_of_every(tests),
+            "spread_pts": (100 * (max(tests) - min(tests))
+                           if len(tests) > 1 and _mean_of_every(tests) is not None else None),
             "complete": self.done,
         }
+
+
+def _mean_of_every(xs: List[Optional[float]]) -> Optional[float]:
+    """The mean once every seed has a value; None while any has none (or there is none)."""
+    return sum(xs) / len(xs) if xs and None not in xs else None
 
 
 def _key(f: float) -> float:
