@@ -50,12 +50,16 @@ for _ in range(steps):
         loss = loss_fn(net(x), y)
     loss.backward()
     trainer.step(4)
-mx.nd.waitall()   # sync point: every allreduce done before the timeline closes
+mx.nd.waitall()   # every allreduce done: Horovod queues an op's end event before its callback
 if world.rank == 0:
     with open(out, "w") as f:
         json.dump([len(g) for g in trainer.groups], f)
 import horovod.mxnet as hvd
-hvd.shutdown()    # flushes the timeline
+# stop_timeline() returns once the writer thread has written every queued event and closed
+# the file; shutdown() alone stops that thread without draining its queue, which loses the
+# last step's events when the writer lags (a loaded host).
+hvd.stop_timeline()
+hvd.shutdown()
 """
 
 NAME = re.compile(r"^horovod_allreduce\.tl\.yasgd\.g(\d+)(?:_(\d+)of(\d+))?$")
