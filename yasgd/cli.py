@@ -171,6 +171,22 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _close_horovod_timeline() -> None:
+    """Write out the rest of a Horovod timeline (``HOROVOD_TIMELINE``) before the process ends.
+
+    Horovod's exit hook stops the timeline's writer thread without draining its queue, so the
+    last step's events can be missing from the file; ``stop_timeline()`` returns only once that
+    thread has written every queued event and closed the file. A no-op without Horovod or a
+    timeline."""
+    from yasgd import dist
+    w = dist.current()
+    if w is None or not w.horovod or not os.environ.get("HOROVOD_TIMELINE"):
+        return
+    import horovod.mxnet as hvd
+    if hvd.is_initialized():
+        hvd.stop_timeline()
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command == "train":
         from yasgd import config as config_mod, faults
@@ -178,7 +194,10 @@ def _run(args: argparse.Namespace) -> int:
         cfg = config_mod.load(args.config, args.overrides)
         config_mod.check_run_dir(cfg)                   # before MXNet and Horovod start
         from yasgd.train import run_from_config
-        result = run_from_config(cfg)
+        try:
+            result = run_from_config(cfg)
+        finally:
+            _close_horovod_timeline()
         return 0 if result is not None else 1
     if args.command == "check-config":
         from yasgd import config as config_mod
