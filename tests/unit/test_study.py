@@ -204,7 +204,10 @@ def test_each_ablation_arm_changes_exactly_its_technique():
             "augment-polish": {"data.pad_crop", "data.flip", "data.polish_epochs"},
             "power-2": {"schedule.power"}, "warmup-16": {"schedule.warmup_epochs"},
             "eta-0.0025": {"optim.eta"}, "momentum-0.96": {"optim.momentum"},
-            "eta-0.0025-gamma-1": {"optim.eta", "model.zero_init_last_gamma"}}
+            "eta-0.0025-gamma-1": {"optim.eta", "model.zero_init_last_gamma"},
+            "eta-0.005-gamma-1": {"optim.eta", "model.zero_init_last_gamma"},
+            "eta-0.0025-gamma-1-warmup-2": {"optim.eta", "model.zero_init_last_gamma",
+                                            "schedule.warmup_epochs"}}
     assert set(want) == {n for n in arms if n not in ("baseline", "lars-8k")}
     for name, keys in want.items():
         cfg = _config(arms[name], plan.FULL)
@@ -216,6 +219,10 @@ def test_each_ablation_arm_changes_exactly_its_technique():
     assert both["optim"]["eta"] == _config(arms["eta-0.0025"], plan.FULL)["optim"]["eta"]
     assert (both["model"]["zero_init_last_gamma"]
             == _config(arms["no-zero-gamma"], plan.FULL)["model"]["zero_init_last_gamma"])
+    further = _config(arms["eta-0.005-gamma-1"], plan.FULL)
+    assert further["optim"]["eta"] == 2 * both["optim"]["eta"]
+    short = _config(arms["eta-0.0025-gamma-1-warmup-2"], plan.FULL)
+    assert short["schedule"]["warmup_epochs"] == 2 and short["optim"] == both["optim"]
 
 
 def test_shared_arms_share_cache_keys():

@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 BASELINE_BATCH = 256
 LARS_REF_BATCH = 4096
 MICRO = 512                   # micro-batch above which batches are accumulated
-MAX_GRID = 7                  # points an LR search may grow to
+MAX_GRID = 10                 # points an LR search may grow to (a guard: divergence ends a search)
 SEED_BASE = 0
 
 
