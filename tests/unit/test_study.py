@@ -206,6 +206,7 @@ def test_each_ablation_arm_changes_exactly_its_technique():
             "eta-0.0025": {"optim.eta"}, "momentum-0.96": {"optim.momentum"},
             "eta-0.0025-gamma-1": {"optim.eta", "model.zero_init_last_gamma"},
             "eta-0.005-gamma-1": {"optim.eta", "model.zero_init_last_gamma"},
+            "eta-0.01-gamma-1": {"optim.eta", "model.zero_init_last_gamma"},
             "eta-0.0025-gamma-1-warmup-2": {"optim.eta", "model.zero_init_last_gamma",
                                             "schedule.warmup_epochs"}}
     assert set(want) == {n for n in arms if n not in ("baseline", "lars-8k")}
@@ -221,6 +222,7 @@ def test_each_ablation_arm_changes_exactly_its_technique():
             == _config(arms["no-zero-gamma"], plan.FULL)["model"]["zero_init_last_gamma"])
     further = _config(arms["eta-0.005-gamma-1"], plan.FULL)
     assert further["optim"]["eta"] == 2 * both["optim"]["eta"]
+    assert _config(arms["eta-0.01-gamma-1"], plan.FULL)["optim"]["eta"] == 2 * further["optim"]["eta"]
     short = _config(arms["eta-0.0025-gamma-1-warmup-2"], plan.FULL)
     assert short["schedule"]["warmup_epochs"] == 2 and short["optim"] == both["optim"]
 

@@ -132,6 +132,8 @@ TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
      ("optim.eta=0.0025", "model.zero_init_last_gamma=false"), "tuning"),
     ("eta-0.005-gamma-1", "LARS eta 0.005 and last BN gamma at 1 (eta further the way it helped)",
      "lars", ("optim.eta=0.005", "model.zero_init_last_gamma=false"), "tuning"),
+    ("eta-0.01-gamma-1", "LARS eta 0.01 and last BN gamma at 1 (eta further still)",
+     "lars", ("optim.eta=0.01", "model.zero_init_last_gamma=false"), "tuning"),
     ("eta-0.0025-gamma-1-warmup-2", "LARS eta 0.0025, last BN gamma at 1 and warm-up 2 epochs",
      "lars", ("optim.eta=0.0025", "model.zero_init_last_gamma=false",
               "schedule.warmup_epochs=2"), "tuning"),
