@@ -65,11 +65,17 @@ hvd.shutdown()
 NAME = re.compile(r"^horovod_allreduce\.tl\.yasgd\.g(\d+)(?:_(\d+)of(\d+))?$")
 
 
+def tensor_names(trace):
+    """{pid: tensor name}: the timeline models each tensor as a Chrome-trace "process" (pid 0,
+    the trace's start, has no name)."""
+    return {e["pid"]: e["args"]["name"] for e in trace
+            if e.get("ph") == "M" and e.get("name") == "process_name" and "name" in e["args"]}
+
+
 def fused_operations(trace):
     """The tensor-name sets of the fused allreduce operations, in order: each operation is a
     run of MPI_/GLOO_ALLREDUCE begin events (one per tensor) closed by their end events."""
-    names = {e["pid"]: e["args"]["name"] for e in trace        # pid 0: the trace's start
-             if e.get("ph") == "M" and e.get("name") == "process_name" and "name" in e["args"]}
+    names = tensor_names(trace)
     open_acts = {}
     ops, current, closing = [], None, False
     for e in trace:

@@ -36,9 +36,9 @@ def run_dir_of(proc):
 def allreduces_per_group(timeline_path):
     """{yasgd group tensor name: number of allreduces} from a Horovod timeline (Chrome trace:
     one "process" per tensor, a B event named MPI_/GLOO_ALLREDUCE per allreduce of it)."""
+    from test_timeline import tensor_names   # same folder: pytest puts it on sys.path
     trace = json.load(open(timeline_path))
-    names = {e["pid"]: e["args"]["name"] for e in trace
-             if e.get("ph") == "M" and e.get("name") == "process_name" and "name" in e["args"]}
+    names = tensor_names(trace)
     counts = {}
     for e in trace:
         if e.get("ph") == "B" and e.get("name") in ("MPI_ALLREDUCE", "GLOO_ALLREDUCE"):
