@@ -192,39 +192,59 @@ def _config(arm, scale):
 
 
 def test_each_ablation_arm_changes_exactly_its_technique():
-    """Each arm differs from the recipe at 8K in the keys of its technique and nothing else
-    (the LR aside: each arm searches its own)."""
+    """Each technique arm differs from the recipe at 8K in the keys of its technique and
+    nothing else; each tuning arm differs from the recipe with the paper's settings in the
+    keys it tries (the LR aside: each arm searches its own)."""
     arms = {a.name: a for a in plan.ablation_arms(plan.FULL)}
     recipe = _config(arms["lars-8k"], plan.FULL)
-    want = {"no-lars": {"optim.name"}, "no-warmup": {"schedule.warmup_epochs"},
-            "no-label-smoothing": {"train.label_smoothing"},
-            "constant-wd": {"schedule.wd_schedule"},
-            "fixed-bn-momentum": {"model.bn_momentum_rule"},
-            "no-zero-gamma": {"model.zero_init_last_gamma"},
-            "augment-polish": {"data.pad_crop", "data.flip", "data.polish_epochs"},
-            "power-2": {"schedule.power"}, "warmup-16": {"schedule.warmup_epochs"},
-            "eta-0.0025": {"optim.eta"}, "momentum-0.96": {"optim.momentum"},
-            "eta-0.0025-gamma-1": {"optim.eta", "model.zero_init_last_gamma"},
-            "eta-0.005-gamma-1": {"optim.eta", "model.zero_init_last_gamma"},
-            "eta-0.01-gamma-1": {"optim.eta", "model.zero_init_last_gamma"},
-            "eta-0.0025-gamma-1-warmup-2": {"optim.eta", "model.zero_init_last_gamma",
-                                            "schedule.warmup_epochs"}}
-    assert set(want) == {n for n in arms if n not in ("baseline", "lars-8k")}
-    for name, keys in want.items():
-        cfg = _config(arms[name], plan.FULL)
-        diff = {f"{s}.{k}" for s in cfg for k in cfg[s] if cfg[s][k] != recipe[s][k]}
-        assert diff - {"optim.lr"} == keys, name
+    paper = _config(arms["paper-settings"], plan.FULL)
+
+    def diff(cfg, ref):
+        return {f"{s}.{k}" for s in cfg for k in cfg[s] if cfg[s][k] != ref[s][k]} - {"optim.lr"}
+
+    techniques = {"no-lars": {"optim.name"}, "no-warmup": {"schedule.warmup_epochs"},
+                  "no-label-smoothing": {"train.label_smoothing"},
+                  "constant-wd": {"schedule.wd_schedule"},
+                  "fixed-bn-momentum": {"model.bn_momentum_rule"},
+                  "zero-gamma": {"model.zero_init_last_gamma"},
+                  "augment-polish": {"data.pad_crop", "data.flip", "data.polish_epochs"},
+                  "power-2": {"schedule.power"}}
+    tuning = {"warmup-16": {"schedule.warmup_epochs"},
+              "eta-0.0025": {"optim.eta"}, "momentum-0.96": {"optim.momentum"},
+              "eta-0.0025-gamma-1": {"optim.eta", "model.zero_init_last_gamma"},
+              "eta-0.01-gamma-1": {"optim.eta", "model.zero_init_last_gamma"},
+              "eta-0.0025-gamma-1-warmup-2": {"optim.eta", "model.zero_init_last_gamma",
+                                              "schedule.warmup_epochs"}}
+    assert (set(techniques) | set(tuning) | {"paper-settings"}
+            == {n for n in arms if n not in ("baseline", "lars-8k")})
+    for name, keys in techniques.items():
+        assert diff(_config(arms[name], plan.FULL), recipe) == keys, name
+        assert arms[name].factors == (plan.SGD_BASES if name == "no-lars" else plan.LARS_CS)
+    for name, keys in tuning.items():
+        assert diff(_config(arms[name], plan.FULL), paper) == keys, name
+        assert arms[name].factors == plan.PAPER_LARS_CS, name
     assert _config(arms["augment-polish"], plan.FULL)["data"]["polish_epochs"] == 2
+    # the recipe is the paper's settings with eta 0.005 and the last gamma at 1
+    assert diff(recipe, paper) == {"optim.eta", "model.zero_init_last_gamma"}
+    assert (recipe["optim"]["eta"], paper["optim"]["eta"]) == (0.005, 0.001)
+    assert (recipe["model"]["zero_init_last_gamma"], paper["model"]["zero_init_last_gamma"]) \
+        == (False, True)
     # the combined tuning arm holds exactly the values of the two arms it combines
     both = _config(arms["eta-0.0025-gamma-1"], plan.FULL)
     assert both["optim"]["eta"] == _config(arms["eta-0.0025"], plan.FULL)["optim"]["eta"]
-    assert (both["model"]["zero_init_last_gamma"]
-            == _config(arms["no-zero-gamma"], plan.FULL)["model"]["zero_init_last_gamma"])
-    further = _config(arms["eta-0.005-gamma-1"], plan.FULL)
-    assert further["optim"]["eta"] == 2 * both["optim"]["eta"]
-    assert _config(arms["eta-0.01-gamma-1"], plan.FULL)["optim"]["eta"] == 2 * further["optim"]["eta"]
+    assert both["model"]["zero_init_last_gamma"] == recipe["model"]["zero_init_last_gamma"]
+    assert recipe["optim"]["eta"] == 2 * both["optim"]["eta"]
+    assert _config(arms["eta-0.01-gamma-1"], plan.FULL)["optim"]["eta"] == 2 * recipe["optim"]["eta"]
     short = _config(arms["eta-0.0025-gamma-1-warmup-2"], plan.FULL)
     assert short["schedule"]["warmup_epochs"] == 2 and short["optim"] == both["optim"]
+
+
+def test_lars_grids_are_ratio_2_around_lr_8_and_16_at_8k():
+    """The recipe's grid at 8K is lr 4, 8, 16 and the paper settings' 8, 16, 32 (so every
+    run the paper settings' searches trained keeps its cache key)."""
+    a = plan.Arm("x", "x", 8192, "lars", plan.LARS_CS)
+    assert [a.lr(f) for f in plan.LARS_CS] == [4.0, 8.0, 16.0]
+    assert [a.lr(f) for f in plan.PAPER_LARS_CS] == [8.0, 16.0, 32.0]
 
 
 def test_shared_arms_share_cache_keys():

@@ -6,9 +6,9 @@ warm-up, then polynomial decay to 0):
     batch 256      SGD with momentum (the baseline)
     batch 1K..16K  (a) SGD + linear scaling rule + warm-up (Goyal et al. 2017):
                        lr = base x batch / 256
-                   (b) yasgd's full recipe: LARS (eta 0.001, eps 1e-9), warm-up, poly decay,
-                       label smoothing 0.1, WD following the LR, BN momentum from the BN
-                       updates (micro-batches) per epoch, zero-init last BN gamma;
+                   (b) yasgd's full recipe (yasgd.bench.study_plan.RECIPE): LARS (eta 0.005,
+                       eps 1e-9), warm-up, poly decay, label smoothing 0.1, WD following the
+                       LR, BN momentum from the BN updates (micro-batches) per epoch;
                        lr = c x sqrt(batch / 4096)
 
 Every arm, the baseline included, searches its LR the same way on a validation split
@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Sequence
 from yasgd.bench import common, study_report as sr
 from yasgd.bench.largebatch_plots import plot_accuracy, plot_epochs
 from yasgd.bench.study import BASELINE_BATCH
-from yasgd.bench.study_plan import FULL, QUICK, _batch_label, headline_arms, select
+from yasgd.bench.study_plan import FULL, QUICK, _batch_label, headline_arms, recipe_text, select
 from yasgd.bench.study_run import Study, bench_main, compute, run_bench
 
 NAME = "largebatch"
@@ -132,10 +132,8 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
              f"of 512 (BN statistics per 512 images).",
              "Baseline and SGD arms: SGD with momentum 0.9, WD 5e-4 (constant, not on BN/bias), "
              "no label smoothing, BN momentum 0.9, BN gammas initialised to 1; lr = base x "
-             "batch/256. yasgd recipe: LARS (eta 0.001, eps 1e-9, momentum 0.9, WD 5e-4 "
-             "following the LR), label smoothing 0.1, BN momentum 1 - 1/(micro-batches per "
-             "epoch), last BN gamma of each residual block initialised to 0; lr = c x "
-             "sqrt(batch/4096). Cells: mean over seeds ± half the spread (max - min).",
+             f"batch/256. yasgd recipe: {recipe_text()}; lr = c x sqrt(batch/4096). Cells: "
+             "mean over seeds ± half the spread (max - min).",
              sr.compute_note(comp, jobs),
              f"Code version of every run in this table: {', '.join(versions) or 'n/a'}."]
     if partial:
