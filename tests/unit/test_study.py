@@ -136,17 +136,21 @@ def test_recipe_setting_is_picked_on_the_validation_mean_not_the_test_mean():
     assert on_val["val_top1_by_seed"] == [0.91, 0.92, 0.935]
     t = ablation.tables([recipe, on_val, on_test])
     b = t["best_on_validation"]
-    assert b["arm"] == "tune-a" and b["tuning_arms_compared"] == 2
+    assert b["arm"] == "tune-a" and b["arms_compared"] == 2
     assert b["arm_minus_recipe_val_pts"] == pytest.approx(100 * (0.92167 - 0.90), abs=1e-3)
     row = next(ln for ln in t["table"].splitlines() if ln.startswith("| tune-a |"))
     assert "| 88.00 | 92.17 |" in row
     assert "tune-a is best, 92.17 % against the recipe's 90.00 % (+2.17 pts)" in \
         ablation._validation_note(b)
+    # a technique arm is a candidate setting too (adding or removing the technique)
+    added = _finished("add-x", "added", [0.80] * 3, vals=[0.93] * 3)
+    b = ablation.tables([recipe, on_val, on_test, added])["best_on_validation"]
+    assert b["arm"] == "add-x" and b["arms_compared"] == 3
     # no tuning arm above the recipe (a tie keeps the recipe); an arm still training is
     # not compared; nothing to say before one tuning arm is complete
     tie = _finished("tune-c", "tuning", [0.99] * 3, vals=[0.90] * 3)
     b = ablation.tables([recipe, tie])["best_on_validation"]
-    assert b["arm"] == "lars-8k" and "none of the 1 tuning arm(s) beats" in ablation._validation_note(b)
+    assert b["arm"] == "lars-8k" and "none of the 1 arm(s) beats" in ablation._validation_note(b)
     on_val["complete"] = False
     assert ablation.tables([recipe, on_val])["best_on_validation"] is None
     assert "n/a until" in ablation._validation_note(None)

@@ -84,11 +84,12 @@ def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
 
 
 def best_on_validation(summaries: Sequence[Dict[str, object]]) -> Optional[Dict[str, object]]:
-    """Which recipe setting the validation split prefers: the recipe or a tuning arm, by the
+    """Which recipe setting the validation split prefers: the recipe, or any arm at its batch
+    (each technique arm and each tuning arm is a candidate setting of the recipe), by the
     mean validation top-1 over seeds at each arm's chosen LR (complete arms only; None until
-    the recipe and one tuning arm are complete). Ties keep the recipe."""
-    cands = [s for s in summaries if s["group"] in ("recipe", "tuning") and s["complete"]
-             and s.get("mean_val_top1") is not None]
+    the recipe and one other arm are complete). Ties keep the recipe."""
+    cands = [s for s in summaries if s["group"] in ("recipe", "removed", "added", "tuning")
+             and s["complete"] and s.get("mean_val_top1") is not None]
     recipe = next((s for s in cands if s["group"] == "recipe"), None)
     if recipe is None or len(cands) < 2:
         return None
@@ -97,21 +98,22 @@ def best_on_validation(summaries: Sequence[Dict[str, object]]) -> Optional[Dict[
             "mean_val_top1": best["mean_val_top1"],
             "recipe_mean_val_top1": recipe["mean_val_top1"],
             "arm_minus_recipe_val_pts": _delta(best, recipe, "mean_val_top1"),
-            "tuning_arms_compared": sum(1 for s in cands if s["group"] == "tuning")}
+            "arms_compared": len(cands) - 1}
 
 
 def _validation_note(b: Optional[Dict[str, object]]) -> str:
     head = ("Recipe settings are compared on the validation split (mean validation top-1 over "
-            "seeds at each arm's chosen LR; the test set only reports): ")
+            "seeds at each arm's chosen LR; the test set only reports), the recipe against "
+            "every complete technique and tuning arm: ")
     if b is None:
-        return head + "n/a until the recipe and a tuning arm have every seed."
+        return head + "n/a until the recipe and another arm have every seed."
     if b["arm_minus_recipe_val_pts"] <= 0:
-        return head + (f"none of the {b['tuning_arms_compared']} tuning arm(s) beats the recipe "
-                       f"as shipped ({sr.pct(b['recipe_mean_val_top1'])} %).")
-    return head + (f"of the {b['tuning_arms_compared']} tuning arm(s), {b['label']} is best, "
+        return head + (f"none of the {b['arms_compared']} arm(s) beats the recipe as shipped "
+                       f"({sr.pct(b['recipe_mean_val_top1'])} %).")
+    return head + (f"of the {b['arms_compared']} arm(s), {b['label']} is best, "
                    f"{sr.pct(b['mean_val_top1'])} % against the recipe's "
                    f"{sr.pct(b['recipe_mean_val_top1'])} % "
-                   f"({sr.pts(b['arm_minus_recipe_val_pts'])} pts).")
+                   f"({sr.pts(b['arm_minus_recipe_val_pts'])} pts): the next setting to adopt.")
 
 
 def _plot(effects: List[Dict[str, object]], out_dir: str, quick: bool) -> Optional[str]:
