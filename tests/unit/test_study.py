@@ -324,3 +324,13 @@ def test_acceptance_line_strict_and_unknown_threshold():
     assert common.acceptance("x", 1.0, 1.0, higher_is_better=False, strict=True)["met"] is False
     line = common.acceptance("x", 2.0, None, strict=True)
     assert line["met"] is None and "| n/a |" in common.acceptance_table([line])
+
+
+def test_recipe_text_reads_the_recipe(monkeypatch):
+    """The reports describe the recipe from its overrides (a later override wins, as in
+    yasgd.config.load)."""
+    assert plan.recipe_text().startswith("LARS (eta 0.005, eps 1e-9, momentum 0.9, WD 5e-4")
+    assert plan.recipe_text().endswith("BN gammas initialised to 1")
+    monkeypatch.setattr(plan, "RECIPE", plan.RECIPE + plan.PAPER_SETTINGS)
+    assert plan.recipe_text().startswith("LARS (eta 0.001,")
+    assert plan.recipe_text().endswith("last BN gamma of each residual block initialised to 0")

@@ -95,10 +95,13 @@ BASELINE_LRS = (0.2, 0.4, 0.8)
 
 
 def recipe_text() -> str:
-    """The recipe's settings in words, from :data:`RECIPE` (for the reports)."""
-    return (f"LARS (eta {RECIPE_ETA:g}, eps 1e-9, momentum 0.9, WD 5e-4 following the LR), "
-            f"label smoothing 0.1, BN momentum 1 - 1/(micro-batches per epoch), BN gammas "
-            f"initialised to 1")
+    """The recipe's settings in words, read from :data:`RECIPE` (for the reports)."""
+    v = dict(o.split("=", 1) for o in RECIPE)
+    gamma = ("the last BN gamma of each residual block initialised to 0"
+             if v["model.zero_init_last_gamma"] == "true" else "BN gammas initialised to 1")
+    return (f"LARS (eta {v['optim.eta']}, eps {v['optim.epsilon']}, momentum 0.9, WD "
+            f"{v['optim.wd']} following the LR), label smoothing {v['train.label_smoothing']}, BN "
+            f"momentum 1 - 1/(micro-batches per epoch), {gamma}")
 
 
 def headline_arms(scale: Scale) -> List[Arm]:
