@@ -125,6 +125,10 @@ def test_ablation_table_signs_and_the_spread_rule():
     partial = _finished("no-w", "removed", [0.85, 0.86, 0.87])
     partial["complete"], partial["seeds"] = False, [0, 1]
     assert ablation.tables([recipe, partial])["effects"][0]["beyond_spread"] is None
+    # ... nor plotted, while a complete arm is
+    done = _finished("no-v", "removed", [0.85, 0.86, 0.87])
+    effects = ablation.tables([recipe, partial, done])["effects"]
+    assert [e["arm"] for e in ablation.plotted(effects)] == ["no-v"]
 
 
 def test_recipe_setting_is_picked_on_the_validation_mean_not_the_test_mean():

@@ -65,7 +65,8 @@ def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
             effects.append({"arm": s["arm"], "technique": s["label"], "kind": s["group"],
                             "arm_minus_recipe_pts": d,
                             "technique_buys_pts": buys,
-                            "spread_pts": spread, "beyond_spread": beyond})
+                            "spread_pts": spread, "beyond_spread": beyond,
+                            "complete": bool(s["complete"] and recipe and recipe["complete"])})
         rows.append([s["label"], s["group"], "n/a" if s["best_lr"] is None else f"{s['best_lr']:g}",
                      sr.pct(s["mean_test_top1"]), sr.pct(s.get("mean_val_top1")),
                      "n/a" if s["spread_pts"] is None else f"{s['spread_pts']:.2f}",
@@ -116,10 +117,16 @@ def _validation_note(b: Optional[Dict[str, object]]) -> str:
                    f"({sr.pts(b['arm_minus_recipe_val_pts'])} pts): the next setting to adopt.")
 
 
+def plotted(effects: List[Dict[str, object]]) -> List[Dict[str, object]]:
+    """The techniques the bar plot shows: a "buys" figure over every seed of both arms."""
+    return [e for e in effects if e["technique_buys_pts"] is not None and e["complete"]]
+
+
 def _plot(effects: List[Dict[str, object]], out_dir: str, quick: bool) -> Optional[str]:
     """Bars: the points each technique buys at 8K (mean over seeds), with the larger of the
-    two arms' spreads as the error bar."""
-    shown = [e for e in effects if e["technique_buys_pts"] is not None]
+    two arms' spreads as the error bar; only arms whose every seed (and the recipe's) has
+    trained (the table shows the others' seeds so far)."""
+    shown = plotted(effects)
     if not shown:
         return None
     import os
