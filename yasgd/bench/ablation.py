@@ -57,16 +57,16 @@ def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
         buys = (None if d is None or s["group"] == "tuning"
                 else -d if s["group"] == "removed" else d)
         spread = sr.larger_spread(s, recipe) if compared else None
+        both_done = bool(recipe and s["complete"] and recipe["complete"])
         # a difference is shown only when it exceeds the larger of the two arms' spreads,
         # judged once every seed of both arms has trained
-        beyond = (None if d is None or spread is None
-                  or not (s["complete"] and recipe["complete"]) else abs(d) > spread)
+        beyond = None if d is None or spread is None or not both_done else abs(d) > spread
         if compared:
             effects.append({"arm": s["arm"], "technique": s["label"], "kind": s["group"],
                             "arm_minus_recipe_pts": d,
                             "technique_buys_pts": buys,
                             "spread_pts": spread, "beyond_spread": beyond,
-                            "complete": bool(s["complete"] and recipe and recipe["complete"])})
+                            "complete": both_done})
         rows.append([s["label"], s["group"], "n/a" if s["best_lr"] is None else f"{s['best_lr']:g}",
                      sr.pct(s["mean_test_top1"]), sr.pct(s.get("mean_val_top1")),
                      "n/a" if s["spread_pts"] is None else f"{s['spread_pts']:.2f}",
