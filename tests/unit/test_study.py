@@ -134,27 +134,46 @@ def test_ablation_table_signs_and_the_spread_rule():
 def test_recipe_setting_is_picked_on_the_validation_mean_not_the_test_mean():
     from yasgd.bench import ablation
     recipe = _finished("lars-8k", "recipe", [0.89] * 3, vals=[0.90, 0.90, 0.90])
-    on_val = _finished("tune-a", "tuning", [0.88] * 3, vals=[0.91, 0.92, 0.935])
+    on_val = _finished("tune-a", "tuning", [0.88] * 3, vals=[0.915, 0.92, 0.925])
     on_test = _finished("tune-b", "tuning", [0.95] * 3, vals=[0.905, 0.905, 0.905])
-    assert on_val["mean_val_top1"] == pytest.approx((0.91 + 0.92 + 0.935) / 3, abs=1e-12)
-    assert on_val["val_top1_by_seed"] == [0.91, 0.92, 0.935]
+    assert on_val["mean_val_top1"] == pytest.approx(0.92, abs=1e-12)
+    assert on_val["val_top1_by_seed"] == [0.915, 0.92, 0.925]
+    assert on_val["val_spread_pts"] == pytest.approx(1.0, abs=1e-9)
     t = ablation.tables([recipe, on_val, on_test])
     b = t["best_on_validation"]
-    assert b["arm"] == "tune-a" and b["arms_compared"] == 2
-    assert b["arm_minus_recipe_val_pts"] == pytest.approx(100 * (0.92167 - 0.90), abs=1e-3)
+    assert b["arm"] == "tune-a" and b["arms_compared"] == 2 and b["adopt"] == "tune-a"
+    assert b["arm_minus_recipe_val_pts"] == pytest.approx(2.0, abs=1e-9)
+    assert b["larger_val_spread_pts"] == pytest.approx(1.0, abs=1e-9)
     row = next(ln for ln in t["table"].splitlines() if ln.startswith("| tune-a |"))
-    assert "| 88.00 | 92.17 |" in row
-    assert "tune-a is best, 92.17 % against the recipe's 90.00 % (+2.17 pts)" in \
-        ablation._validation_note(b)
+    assert "| 88.00 | 92.00 |" in row
+    assert ("tune-a has the highest mean, 92.00 % against the recipe's 90.00 % (+2.00 pts, "
+            "beyond the larger validation spread of the two, 1.00 pts): the next setting to "
+            "adopt.") in ablation._validation_note(b)
     # a technique arm is a candidate setting too (adding or removing the technique)
     added = _finished("add-x", "added", [0.80] * 3, vals=[0.93] * 3)
     b = ablation.tables([recipe, on_val, on_test, added])["best_on_validation"]
-    assert b["arm"] == "add-x" and b["arms_compared"] == 3
+    assert b["arm"] == "add-x" and b["adopt"] == "add-x" and b["arms_compared"] == 3
+    # a higher mean inside the seeds' spread is named but not adopted; an arm above the
+    # recipe by more than its spread is, though its mean is lower
+    noisy = _finished("tune-n", "tuning", [0.89] * 3, vals=[0.95, 0.92, 0.89])  # 92.0, 6.0
+    b = ablation.tables([recipe, noisy])["best_on_validation"]
+    assert b["arm"] == "tune-n" and b["adopt"] is None
+    note = ablation._validation_note(b)
+    assert "(+2.00 pts, inside the larger validation spread of the two, 6.00 pts)" in note
+    assert note.endswith("the recipe stays.")
+    b = ablation.tables([recipe, noisy, on_test])["best_on_validation"]
+    assert b["arm"] == "tune-n" and b["adopt"] == "tune-b"
+    assert ("tune-b is above the recipe by +0.50 pts, beyond its spread of 0.00 pts: the next "
+            "setting to adopt.") in ablation._validation_note(b)
+    # the recipe's own spread counts: the same arm is inside it against a noisy recipe
+    loose = _finished("lars-8k", "recipe", [0.89] * 3, vals=[0.91, 0.90, 0.89])  # spread 2.0
+    assert ablation.tables([loose, on_val])["best_on_validation"]["adopt"] is None
     # no tuning arm above the recipe (a tie keeps the recipe); an arm still training is
     # not compared; nothing to say before one tuning arm is complete
     tie = _finished("tune-c", "tuning", [0.99] * 3, vals=[0.90] * 3)
     b = ablation.tables([recipe, tie])["best_on_validation"]
-    assert b["arm"] == "lars-8k" and "none of the 1 arm(s) beats" in ablation._validation_note(b)
+    assert b["arm"] == "lars-8k" and b["adopt"] is None
+    assert "none of the 1 arm(s) beats" in ablation._validation_note(b)
     on_val["complete"] = False
     assert ablation.tables([recipe, on_val])["best_on_validation"] is None
     assert "n/a until" in ablation._validation_note(None)

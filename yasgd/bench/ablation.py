@@ -88,33 +88,71 @@ def best_on_validation(summaries: Sequence[Dict[str, object]]) -> Optional[Dict[
     """Which recipe setting the validation split prefers: the recipe, or any arm at its batch
     (each technique arm and each tuning arm is a candidate setting of the recipe), by the
     mean validation top-1 over seeds at each arm's chosen LR (complete arms only; None until
-    the recipe and one other arm are complete). Ties keep the recipe."""
+    the recipe and one other arm are complete). Ties keep the recipe.
+
+    The arm with the highest mean is named; a setting is to be adopted only when its mean is
+    above the recipe's by more than the larger of the two arms' validation spreads (the same
+    rule as "beyond it" in the table: a difference inside the seeds' spread is not a result),
+    and of those the one with the highest mean."""
     cands = [s for s in summaries if s["group"] in ("recipe", "removed", "added", "tuning")
              and s["complete"] and s.get("mean_val_top1") is not None]
     recipe = next((s for s in cands if s["group"] == "recipe"), None)
     if recipe is None or len(cands) < 2:
         return None
-    best = max(cands, key=lambda s: (s["mean_val_top1"], s["group"] == "recipe"))
+
+    def rank(s: Dict[str, object]) -> tuple:
+        return (s["mean_val_top1"], s["group"] == "recipe")
+
+    def spread(s: Dict[str, object]) -> Optional[float]:
+        return sr.larger_spread(s, recipe, key="val_spread_pts")
+
+    best = max(cands, key=rank)
+    beyond = [s for s in cands if s is not recipe and spread(s) is not None
+              and _delta(s, recipe, "mean_val_top1") > spread(s)]
+    adopt = max(beyond, key=rank) if beyond else None
     return {"arm": best["arm"], "label": best["label"],
             "mean_val_top1": best["mean_val_top1"],
             "recipe_mean_val_top1": recipe["mean_val_top1"],
             "arm_minus_recipe_val_pts": _delta(best, recipe, "mean_val_top1"),
+            "larger_val_spread_pts": None if best is recipe else spread(best),
+            "adopt": None if adopt is None else adopt["arm"],
+            "adopt_label": None if adopt is None else adopt["label"],
+            "adopt_minus_recipe_val_pts": None if adopt is None
+            else _delta(adopt, recipe, "mean_val_top1"),
+            "adopt_larger_val_spread_pts": None if adopt is None else spread(adopt),
             "arms_compared": len(cands) - 1}
+
+
+def _pts_or_na(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 def _validation_note(b: Optional[Dict[str, object]]) -> str:
     head = ("Recipe settings are compared on the validation split (mean validation top-1 over "
             "seeds at each arm's chosen LR; the test set only reports), the recipe against "
-            "every complete technique and tuning arm: ")
+            "every complete technique and tuning arm; a setting is adopted when its mean is "
+            "above the recipe's by more than the larger of the two arms' validation spreads: ")
     if b is None:
         return head + "n/a until the recipe and another arm have every seed."
     if b["arm_minus_recipe_val_pts"] <= 0:
         return head + (f"none of the {b['arms_compared']} arm(s) beats the recipe as shipped "
                        f"({sr.pct(b['recipe_mean_val_top1'])} %).")
-    return head + (f"of the {b['arms_compared']} arm(s), {b['label']} is best, "
-                   f"{sr.pct(b['mean_val_top1'])} % against the recipe's "
-                   f"{sr.pct(b['recipe_mean_val_top1'])} % "
-                   f"({sr.pts(b['arm_minus_recipe_val_pts'])} pts): the next setting to adopt.")
+    best = (f"of the {b['arms_compared']} arm(s), {b['label']} has the highest mean, "
+            f"{sr.pct(b['mean_val_top1'])} % against the recipe's "
+            f"{sr.pct(b['recipe_mean_val_top1'])} % "
+            f"({sr.pts(b['arm_minus_recipe_val_pts'])} pts")
+    if b["adopt"] is None:
+        return head + best + (f", inside the larger validation spread of the two, "
+                              f"{_pts_or_na(b['larger_val_spread_pts'])} pts); no arm is above the "
+                              "recipe by more than its spread: the recipe stays.")
+    if b["adopt"] == b["arm"]:
+        return head + best + (f", beyond the larger validation spread of the two, "
+                              f"{_pts_or_na(b['larger_val_spread_pts'])} pts): the next setting to adopt.")
+    return head + best + (f", inside the larger validation spread of the two, "
+                          f"{_pts_or_na(b['larger_val_spread_pts'])} pts); {b['adopt_label']} is above "
+                          f"the recipe by {sr.pts(b['adopt_minus_recipe_val_pts'])} pts, beyond its "
+                          f"spread of {_pts_or_na(b['adopt_larger_val_spread_pts'])} pts: "
+                          "the next setting to adopt.")
 
 
 def plotted(effects: List[Dict[str, object]]) -> List[Dict[str, object]]:

@@ -122,10 +122,15 @@ class Search:
             # the validation mean at the chosen LR: what picks a recipe setting
             "mean_val_top1": _mean_of_every(vals),
             "mean_test_top1": _mean_of_every(tests),
-            "spread_pts": (100 * (max(tests) - min(tests))
-                           if len(tests) > 1 and _mean_of_every(tests) is not None else None),
+            "spread_pts": _spread_pts(tests),
+            "val_spread_pts": _spread_pts(vals),
             "complete": self.done,
         }
+
+
+def _spread_pts(xs: List[Optional[float]]) -> Optional[float]:
+    """max - min over seeds, in points, once there are two seeds and every one has a value."""
+    return 100 * (max(xs) - min(xs)) if len(xs) > 1 and _mean_of_every(xs) is not None else None
 
 
 def _mean_of_every(xs: List[Optional[float]]) -> Optional[float]:

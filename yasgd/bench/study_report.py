@@ -22,9 +22,11 @@ def pts(x: Optional[float]) -> str:
     return "0.00" if r == 0 else f"{r:+.2f}"       # no signed zero
 
 
-def larger_spread(*summaries: Optional[Dict[str, object]]) -> Optional[float]:
-    """The larger of the given arms' spreads (points); None while any has none."""
-    vals = [s.get("spread_pts") for s in summaries if s is not None]
+def larger_spread(*summaries: Optional[Dict[str, object]],
+                  key: str = "spread_pts") -> Optional[float]:
+    """The larger of the given arms' spreads (points; on the test top-1 unless ``key`` says
+    ``val_spread_pts``); None while any has none."""
+    vals = [s.get(key) for s in summaries if s is not None]
     return None if not vals or None in vals else max(vals)
 
 
