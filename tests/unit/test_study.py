@@ -220,8 +220,9 @@ def _config(arm, scale):
 
 def test_each_ablation_arm_changes_exactly_its_technique():
     """Each technique arm differs from the recipe at 8K in the keys of its technique and
-    nothing else; each tuning arm differs from the recipe with the paper's settings in the
-    keys it tries (the LR aside: each arm searches its own)."""
+    nothing else; each tuning arm differs from the recipe with the paper's settings (or, for
+    those tried on it, from the recipe) in the keys it tries (the LR aside: each arm searches
+    its own)."""
     arms = {a.name: a for a in plan.ablation_arms(plan.FULL)}
     recipe = _config(arms["lars-8k"], plan.FULL)
     paper = _config(arms["paper-settings"], plan.FULL)
@@ -242,8 +243,15 @@ def test_each_ablation_arm_changes_exactly_its_technique():
               "eta-0.01-gamma-1": {"optim.eta", "model.zero_init_last_gamma"},
               "eta-0.0025-gamma-1-warmup-2": {"optim.eta", "model.zero_init_last_gamma",
                                               "schedule.warmup_epochs"}}
-    assert (set(techniques) | set(tuning) | {"paper-settings"}
+    on_recipe = {"label-smoothing-0.2": {"train.label_smoothing"},
+                 "warmup-8": {"schedule.warmup_epochs"}}
+    assert (set(techniques) | set(tuning) | set(on_recipe) | {"paper-settings"}
             == {n for n in arms if n not in ("baseline", "lars-8k")})
+    for name, keys in on_recipe.items():
+        assert diff(_config(arms[name], plan.FULL), recipe) == keys, name
+        assert arms[name].factors == plan.LARS_CS and arms[name].group == "tuning", name
+    assert _config(arms["label-smoothing-0.2"], plan.FULL)["train"]["label_smoothing"] == 0.2
+    assert _config(arms["warmup-8"], plan.FULL)["schedule"]["warmup_epochs"] == 8
     for name, keys in techniques.items():
         assert diff(_config(arms[name], plan.FULL), recipe) == keys, name
         assert arms[name].factors == (plan.SGD_BASES if name == "no-lars" else plan.LARS_CS)
