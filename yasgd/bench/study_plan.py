@@ -163,8 +163,8 @@ TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
 )
 
 
-# Settings tried on top of the recipe as shipped (its grid): more of the technique whose
-# removal cost the most (label smoothing), and a longer warm-up (removing it cost points).
+# Settings tried on top of the recipe as shipped (on its grid), each taking one of the
+# recipe's techniques further: a stronger label smoothing, a longer warm-up.
 RECIPE_TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
     ("label-smoothing-0.2", "the recipe with label smoothing 0.2 (the recipe: 0.1)", "lars",
      ("train.label_smoothing=0.2",), "tuning"),
