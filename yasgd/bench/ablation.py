@@ -140,18 +140,17 @@ def _validation_note(b: Optional[Dict[str, object]]) -> str:
     best = (f"of the {b['arms_compared']} arm(s), {b['label']} has the highest mean, "
             f"{sr.pct(b['mean_val_top1'])} % against the recipe's "
             f"{sr.pct(b['recipe_mean_val_top1'])} % "
-            f"({sr.pts(b['arm_minus_recipe_val_pts'])} pts")
+            f"({sr.pts(b['arm_minus_recipe_val_pts'])} pts, ")
+    spread = ("the larger validation spread of the two, "
+              f"{_pts_or_na(b['larger_val_spread_pts'])} pts")
     if b["adopt"] is None:
-        return head + best + (f", inside the larger validation spread of the two, "
-                              f"{_pts_or_na(b['larger_val_spread_pts'])} pts); no arm is above the "
-                              "recipe by more than its spread: the recipe stays.")
+        return head + best + (f"inside {spread}); no arm is above the recipe by more than "
+                              "its spread: the recipe stays.")
     if b["adopt"] == b["arm"]:
-        return head + best + (f", beyond the larger validation spread of the two, "
-                              f"{_pts_or_na(b['larger_val_spread_pts'])} pts): the next setting to adopt.")
-    return head + best + (f", inside the larger validation spread of the two, "
-                          f"{_pts_or_na(b['larger_val_spread_pts'])} pts); {b['adopt_label']} is above "
-                          f"the recipe by {sr.pts(b['adopt_minus_recipe_val_pts'])} pts, beyond its "
-                          f"spread of {_pts_or_na(b['adopt_larger_val_spread_pts'])} pts: "
+        return head + best + f"beyond {spread}): the next setting to adopt."
+    return head + best + (f"inside {spread}); {b['adopt_label']} is above the recipe by "
+                          f"{sr.pts(b['adopt_minus_recipe_val_pts'])} pts, beyond its spread "
+                          f"of {_pts_or_na(b['adopt_larger_val_spread_pts'])} pts: "
                           "the next setting to adopt.")
 
 
