@@ -69,10 +69,10 @@ def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
                             "complete": both_done})
         rows.append([s["label"], s["group"], "n/a" if s["best_lr"] is None else f"{s['best_lr']:g}",
                      sr.pct(s["mean_test_top1"]), sr.pct(s.get("mean_val_top1")),
-                     "n/a" if s["spread_pts"] is None else f"{s['spread_pts']:.2f}",
+                     sr.spread(s["spread_pts"]),
                      f"{len(s['seeds'])}/{s['seeds_planned']}", sr.pts(d),
                      sr.pts(buys),
-                     "n/a" if spread is None else f"{spread:.2f}",
+                     sr.spread(spread),
                      {True: "yes", False: "no", None: "n/a"}[beyond]])
     table = common.md_table(["arm", "kind", "chosen LR", "mean test top-1 %",
                              "mean validation top-1 %", "spread (pts)",
@@ -123,10 +123,6 @@ def best_on_validation(summaries: Sequence[Dict[str, object]]) -> Optional[Dict[
             "arms_compared": len(cands) - 1}
 
 
-def _pts_or_na(x: Optional[float]) -> str:
-    return "n/a" if x is None else f"{x:.2f}"
-
-
 def _validation_note(b: Optional[Dict[str, object]]) -> str:
     head = ("Recipe settings are compared on the validation split (mean validation top-1 over "
             "seeds at each arm's chosen LR; the test set only reports), the recipe against "
@@ -142,7 +138,7 @@ def _validation_note(b: Optional[Dict[str, object]]) -> str:
             f"{sr.pct(b['recipe_mean_val_top1'])} % "
             f"({sr.pts(b['arm_minus_recipe_val_pts'])} pts, ")
     spread = ("the larger validation spread of the two, "
-              f"{_pts_or_na(b['larger_val_spread_pts'])} pts")
+              f"{sr.spread(b['larger_val_spread_pts'])} pts")
     if b["adopt"] is None:
         return head + best + (f"inside {spread}); no arm is above the recipe by more than "
                               "its spread: the recipe stays.")
@@ -150,7 +146,7 @@ def _validation_note(b: Optional[Dict[str, object]]) -> str:
         return head + best + f"beyond {spread}): the next setting to adopt."
     return head + best + (f"inside {spread}); {b['adopt_label']} is above the recipe by "
                           f"{sr.pts(b['adopt_minus_recipe_val_pts'])} pts, beyond its spread "
-                          f"of {_pts_or_na(b['adopt_larger_val_spread_pts'])} pts: "
+                          f"of {sr.spread(b['adopt_larger_val_spread_pts'])} pts: "
                           "the next setting to adopt.")
 
 

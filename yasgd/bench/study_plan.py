@@ -171,7 +171,6 @@ RECIPE_TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
     ("warmup-8", "the recipe with warm-up 8 of 40 epochs (the recipe: 4)", "lars",
      ("schedule.warmup_epochs=8",), "tuning"),
 )
-_ON_THE_RECIPE = {t[0] for t in TECHNIQUES + RECIPE_TUNING}
 
 
 def ablation_arms(scale: Scale) -> List[Arm]:
@@ -181,16 +180,16 @@ def ablation_arms(scale: Scale) -> List[Arm]:
     arms = [headline_arms(scale)[0],
             Arm(f"lars-{_batch_label(b).lower()}", f"yasgd recipe at {_batch_label(b)} (as shipped)",
                 b, "lars", LARS_CS, RECIPE, scale.seeds, "recipe")]
-    for name, label, opt, extra, kind in TECHNIQUES + TUNING + RECIPE_TUNING:
-        if scale.name == "quick" and name not in QUICK_TECHNIQUES:
-            continue
-        extra = tuple(x.format(polish=scale.polish_epochs) for x in extra)
-        if name in _ON_THE_RECIPE:
-            base, cs = RECIPE, LARS_CS
-        else:
-            base, cs = RECIPE + PAPER_SETTINGS, PAPER_LARS_CS
-        arms.append(Arm(name, label, b, opt, SGD_BASES if opt == "sgd" else cs, base + extra,
-                        scale.seeds, kind))
+    # each family of arms with the setting it starts from and the LARS grid it searches
+    for family, base, cs in ((TECHNIQUES, RECIPE, LARS_CS),
+                             (TUNING, RECIPE + PAPER_SETTINGS, PAPER_LARS_CS),
+                             (RECIPE_TUNING, RECIPE, LARS_CS)):
+        for name, label, opt, extra, kind in family:
+            if scale.name == "quick" and name not in QUICK_TECHNIQUES:
+                continue
+            extra = tuple(x.format(polish=scale.polish_epochs) for x in extra)
+            arms.append(Arm(name, label, b, opt, SGD_BASES if opt == "sgd" else cs,
+                            base + extra, scale.seeds, kind))
     return arms
 
 

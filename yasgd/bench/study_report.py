@@ -15,6 +15,11 @@ def pct(x: Optional[float]) -> str:
     return "n/a" if x is None else f"{100 * x:.2f}"
 
 
+def spread(x: Optional[float]) -> str:
+    """A spread in points (never signed)."""
+    return "n/a" if x is None else f"{x:.2f}"
+
+
 def pts(x: Optional[float]) -> str:
     if x is None:
         return "n/a"
@@ -46,8 +51,7 @@ def search_table(summaries: Sequence[Dict[str, object]]) -> str:
                  "searching" if s["best_lr"] is None else "at the edge")
         rows.append([s["label"], f"{s['batch']:,}", "; ".join(cells), where,
                      ", ".join(pct(t) for t in s["test_top1_by_seed"]) or "",
-                     pct(s["mean_test_top1"]), "n/a" if s["spread_pts"] is None
-                     else f"{s['spread_pts']:.2f}"])
+                     pct(s["mean_test_top1"]), spread(s["spread_pts"])])
     return common.md_table(["arm", "batch", "LR grid: validation top-1 % (chosen in bold)",
                             "chosen LR", "test top-1 % by seed", "mean", "spread (pts)"],
                            rows, "lrllrrr")
