@@ -244,6 +244,7 @@ def test_each_ablation_arm_changes_exactly_its_technique():
               "eta-0.0025-gamma-1-warmup-2": {"optim.eta", "model.zero_init_last_gamma",
                                               "schedule.warmup_epochs"}}
     on_recipe = {"label-smoothing-0.2": {"train.label_smoothing"},
+                 "label-smoothing-0.3": {"train.label_smoothing"},
                  "warmup-8": {"schedule.warmup_epochs"}}
     assert (set(techniques) | set(tuning) | set(on_recipe) | {"paper-settings"}
             == {n for n in arms if n not in ("baseline", "lars-8k")})
@@ -251,6 +252,7 @@ def test_each_ablation_arm_changes_exactly_its_technique():
         assert diff(_config(arms[name], plan.FULL), recipe) == keys, name
         assert arms[name].factors == plan.LARS_CS and arms[name].group == "tuning", name
     assert _config(arms["label-smoothing-0.2"], plan.FULL)["train"]["label_smoothing"] == 0.2
+    assert _config(arms["label-smoothing-0.3"], plan.FULL)["train"]["label_smoothing"] == 0.3
     assert _config(arms["warmup-8"], plan.FULL)["schedule"]["warmup_epochs"] == 8
     for name, keys in techniques.items():
         assert diff(_config(arms[name], plan.FULL), recipe) == keys, name

@@ -168,6 +168,8 @@ TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
 RECIPE_TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
     ("label-smoothing-0.2", "the recipe with label smoothing 0.2 (the recipe: 0.1)", "lars",
      ("train.label_smoothing=0.2",), "tuning"),
+    ("label-smoothing-0.3", "the recipe with label smoothing 0.3 (the recipe: 0.1)", "lars",
+     ("train.label_smoothing=0.3",), "tuning"),
     ("warmup-8", "the recipe with warm-up 8 of 40 epochs (the recipe: 4)", "lars",
      ("schedule.warmup_epochs=8",), "tuning"),
 )
