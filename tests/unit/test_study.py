@@ -245,7 +245,10 @@ def test_each_ablation_arm_changes_exactly_its_technique():
                                               "schedule.warmup_epochs"}}
     on_recipe = {"label-smoothing-0.2": {"train.label_smoothing"},
                  "label-smoothing-0.3": {"train.label_smoothing"},
-                 "warmup-8": {"schedule.warmup_epochs"}}
+                 "warmup-8": {"schedule.warmup_epochs"},
+                 "label-smoothing-0.2-power-2": {"train.label_smoothing", "schedule.power"},
+                 "label-smoothing-0.2-power-2-zero-gamma": {
+                     "train.label_smoothing", "schedule.power", "model.zero_init_last_gamma"}}
     assert (set(techniques) | set(tuning) | set(on_recipe) | {"paper-settings"}
             == {n for n in arms if n not in ("baseline", "lars-8k")})
     for name, keys in on_recipe.items():
