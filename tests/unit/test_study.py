@@ -249,8 +249,15 @@ def test_each_ablation_arm_changes_exactly_its_technique():
                  "label-smoothing-0.2-power-2": {"train.label_smoothing", "schedule.power"},
                  "label-smoothing-0.2-power-2-zero-gamma": {
                      "train.label_smoothing", "schedule.power", "model.zero_init_last_gamma"}}
-    assert (set(techniques) | set(tuning) | set(on_recipe) | {"paper-settings"}
+    between = {"grid-between": set(),
+               "label-smoothing-0.2-grid-between": {"train.label_smoothing"}}
+    assert (set(techniques) | set(tuning) | set(on_recipe) | set(between) | {"paper-settings"}
             == {n for n in arms if n not in ("baseline", "lars-8k")})
+    for name, keys in between.items():
+        assert diff(_config(arms[name], plan.FULL), recipe) == keys, name
+        # half a grid step off the recipe's: each point sqrt(2) times one of the recipe's
+        assert all(math.isclose(b / a, math.sqrt(2))
+                   for a, b in zip(plan.LARS_CS, arms[name].factors, strict=True)), name
     for name, keys in on_recipe.items():
         assert diff(_config(arms[name], plan.FULL), recipe) == keys, name
         assert arms[name].factors == plan.LARS_CS and arms[name].group == "tuning", name

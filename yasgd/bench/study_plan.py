@@ -91,6 +91,8 @@ SGD_BASES = (0.0125, 0.025, 0.05)               # x B/256
 LARS_CS = (2 * R2, 4 * R2, 8 * R2)
 PAPER_LARS_CS = (4 * R2, 8 * R2, 16 * R2)
 BASELINE_LRS = (0.2, 0.4, 0.8)
+# The recipe's grid moved half a step (x sqrt 2): the LRs between its own points.
+LARS_CS_BETWEEN = tuple(c * R2 for c in LARS_CS)
 
 
 def recipe_text() -> str:
@@ -181,6 +183,12 @@ RECIPE_TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
      ("train.label_smoothing=0.2", "schedule.power=2.0", "model.zero_init_last_gamma=true"),
      "tuning"),
 )
+# Settings tried on the LR grid between the recipe's own points (LARS_CS_BETWEEN).
+RECIPE_GRID_BETWEEN: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
+    ("grid-between", "the recipe on the LR grid between its own points", "lars", (), "tuning"),
+    ("label-smoothing-0.2-grid-between", "the recipe with label smoothing 0.2 on the LR grid "
+     "between the recipe's points", "lars", ("train.label_smoothing=0.2",), "tuning"),
+)
 
 
 def ablation_arms(scale: Scale) -> List[Arm]:
@@ -193,7 +201,8 @@ def ablation_arms(scale: Scale) -> List[Arm]:
     # each family of arms with the setting it starts from and the LARS grid it searches
     for family, base, cs in ((TECHNIQUES, RECIPE, LARS_CS),
                              (TUNING, RECIPE + PAPER_SETTINGS, PAPER_LARS_CS),
-                             (RECIPE_TUNING, RECIPE, LARS_CS)):
+                             (RECIPE_TUNING, RECIPE, LARS_CS),
+                             (RECIPE_GRID_BETWEEN, RECIPE, LARS_CS_BETWEEN)):
         for name, label, opt, extra, kind in family:
             if scale.name == "quick" and name not in QUICK_TECHNIQUES:
                 continue
