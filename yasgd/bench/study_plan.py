@@ -176,7 +176,7 @@ RECIPE_TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
     ("warmup-8", "the recipe with warm-up 8 of 40 epochs (the recipe: 4)", "lars",
      ("schedule.warmup_epochs=8",), "tuning"),
     ("label-smoothing-0.2-power-2", "the recipe with label smoothing 0.2 and polynomial "
-     "power 2 (the two highest validation means)", "lars",
+     "power 2 (the two techniques with the highest validation means)", "lars",
      ("train.label_smoothing=0.2", "schedule.power=2.0"), "tuning"),
     ("label-smoothing-0.2-power-2-zero-gamma", "the recipe with label smoothing 0.2, power 2 "
      "and zero-init last BN gamma (each raised the validation mean)", "lars",
