@@ -253,14 +253,15 @@ def test_each_ablation_arm_changes_exactly_its_technique():
                "label-smoothing-0.2-grid-between": {"train.label_smoothing"}}
     assert (set(techniques) | set(tuning) | set(on_recipe) | set(between) | {"paper-settings"}
             == {n for n in arms if n not in ("baseline", "lars-8k")})
-    for name, keys in between.items():
+    for name, keys in {**on_recipe, **between}.items():
         assert diff(_config(arms[name], plan.FULL), recipe) == keys, name
+        assert arms[name].group == "tuning", name
+    for name in on_recipe:
+        assert arms[name].factors == plan.LARS_CS, name
+    for name in between:
         # half a grid step off the recipe's: each point sqrt(2) times one of the recipe's
         assert all(math.isclose(b / a, math.sqrt(2))
                    for a, b in zip(plan.LARS_CS, arms[name].factors, strict=True)), name
-    for name, keys in on_recipe.items():
-        assert diff(_config(arms[name], plan.FULL), recipe) == keys, name
-        assert arms[name].factors == plan.LARS_CS and arms[name].group == "tuning", name
     assert _config(arms["label-smoothing-0.2"], plan.FULL)["train"]["label_smoothing"] == 0.2
     assert _config(arms["label-smoothing-0.3"], plan.FULL)["train"]["label_smoothing"] == 0.3
     assert _config(arms["warmup-8"], plan.FULL)["schedule"]["warmup_epochs"] == 8
