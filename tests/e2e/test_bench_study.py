@@ -72,6 +72,13 @@ def test_ablation_quick_resumes_after_sigterm_and_shares_runs_with_largebatch(tm
     keys = {r["key"] for r in d["records"]}
     assert {k[:-5] for k in kept} <= keys <= {p.name[:-5] for p in cache.glob("*.json")}
     assert len(d["setup"]["code_versions"]) == 1
+    # every run records the machine it trained on; the report names it, run by run
+    from yasgd.bench import machine
+    here = machine.machine_label()
+    assert {r["machine"] for r in d["records"]} == {here}
+    assert d["hardware"]["runs_on"] == [[here, len(d["records"])]]
+    assert f"Runs trained on: {here} ({len(d['records'])} runs). Table built on: " in (
+        out / "bench_ablation.md").read_text()
     assert (out / "bench_ablation.md").read_text().count("| no warm-up |") == 2
     assert (out / "bench_ablation.png").stat().st_size > 1000
 

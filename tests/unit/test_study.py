@@ -248,7 +248,11 @@ def test_each_ablation_arm_changes_exactly_its_technique():
                  "warmup-8": {"schedule.warmup_epochs"},
                  "label-smoothing-0.2-power-2": {"train.label_smoothing", "schedule.power"},
                  "label-smoothing-0.2-power-2-zero-gamma": {
-                     "train.label_smoothing", "schedule.power", "model.zero_init_last_gamma"}}
+                     "train.label_smoothing", "schedule.power", "model.zero_init_last_gamma"},
+                 "augment-polish-8": {"data.pad_crop", "data.flip", "data.polish_epochs"},
+                 "paper-tail": {"schedule.power", "schedule.end_lr"},
+                 "label-smoothing-0.2-paper-tail": {
+                     "train.label_smoothing", "schedule.power", "schedule.end_lr"}}
     between = {"grid-between": set(),
                "label-smoothing-0.2-grid-between": {"train.label_smoothing"}}
     assert (set(techniques) | set(tuning) | set(on_recipe) | set(between) | {"paper-settings"}
@@ -272,6 +276,12 @@ def test_each_ablation_arm_changes_exactly_its_technique():
         assert diff(_config(arms[name], plan.FULL), paper) == keys, name
         assert arms[name].factors == plan.PAPER_LARS_CS, name
     assert _config(arms["augment-polish"], plan.FULL)["data"]["polish_epochs"] == 2
+    assert _config(arms["augment-polish-8"], plan.FULL)["data"]["polish_epochs"] == 8
+    tail = _config(arms["paper-tail"], plan.FULL)["schedule"]
+    # the paper's code: power 2.2 to end LR 0.0325 from LR 13; the same ratio at LR 8
+    assert tail["power"] == 2.2 and math.isclose(tail["end_lr"] / 8, 0.0325 / 13)
+    # the end LR stays below every LR the tail's grid can reach (the recipe's, and one below)
+    assert tail["end_lr"] < min(plan.LARS_CS) / 2 * math.sqrt(plan.FULL.big / 4096)
     # the recipe is the paper's settings with eta 0.005 and the last gamma at 1
     assert diff(recipe, paper) == {"optim.eta", "model.zero_init_last_gamma"}
     assert (recipe["optim"]["eta"], paper["optim"]["eta"]) == (0.005, 0.001)
@@ -378,3 +388,19 @@ def test_recipe_text_reads_the_recipe(monkeypatch):
     monkeypatch.setattr(plan, "RECIPE", plan.RECIPE + plan.PAPER_SETTINGS)
     assert plan.recipe_text().startswith("LARS (eta 0.001,")
     assert plan.recipe_text().endswith("last BN gamma of each residual block initialised to 0")
+
+
+def test_a_study_table_names_the_machines_its_runs_trained_on():
+    from yasgd.bench import machine
+    here = machine.machine_label()
+    assert here.startswith(f"{machine.cpu_model()}, {machine.cores()} cores")
+    records = [{"machine": "cpu A, 2 cores"}, {"machine": "cpu B, 8 cores"},
+               {"machine": "cpu A, 2 cores"}, {}]
+    on = machine.runs_on(records)
+    assert on == [["cpu A, 2 cores", 2], ["cpu B, 8 cores", 1], ["not recorded", 1]]
+    hw = machine.hardware({"runs_on": on})
+    line = machine.hardware_line(hw)
+    assert line.startswith("Runs trained on: cpu A, 2 cores (2 runs); cpu B, 8 cores (1 run); "
+                           "not recorded (1 run). Table built on: " + here), line
+    # without runs_on the line describes the one machine that measured the table
+    assert machine.hardware_line(machine.hardware()).startswith("Hardware: " + here)

@@ -14,7 +14,7 @@ import platform
 import subprocess
 import sys
 import time
-from typing import Dict, Optional
+from typing import Dict, Iterable, List, Optional
 
 #: The checkout yasgd runs from (its git revision is part of every record).
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -119,8 +119,29 @@ def hardware(extra: Optional[Dict[str, object]] = None) -> Dict[str, object]:
     return hw
 
 
+def machine_label(hw: Optional[Dict[str, object]] = None) -> str:
+    """The machine in a few words (CPU, cores, memory): what a cached training run records
+    of the machine it trained on, so that a table built later names where its runs ran."""
+    hw = hw or hardware()
+    mem = f", {hw['memory_gib']} GiB RAM" if hw.get("memory_gib") else ""
+    return f"{hw.get('cpu')}, {hw.get('cores')} cores{mem}"
+
+
+def runs_on(records: Iterable[Dict[str, object]]) -> List[List[object]]:
+    """[[machine, runs], ...] over the records' ``machine`` (most runs first); runs that
+    did not record one count under "not recorded"."""
+    counts: Dict[str, int] = {}
+    for r in records:
+        m = str(r.get("machine") or "not recorded")
+        counts[m] = counts.get(m, 0) + 1
+    return [[m, n] for m, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
 def hardware_line(hw: Dict[str, object]) -> str:
-    """One Markdown sentence: the machine and the software behind a table."""
+    """One Markdown sentence: the machine and the software behind a table.
+
+    With ``runs_on`` (a table of cached runs, yasgd.bench.study_run), the machines its runs
+    trained on come first and the rest describes the machine that built the table."""
     flags = ", ".join(hw.get("cpu_flags") or []) or "n/a"
     mem = f", {hw['memory_gib']} GiB RAM" if hw.get("memory_gib") else ""
     sw = [f"Python {hw.get('python')}", f"MXNet {hw.get('mxnet')}"]
@@ -128,7 +149,12 @@ def hardware_line(hw: Dict[str, object]) -> str:
                        ("opencv", "OpenCV")):
         if hw.get(key):
             sw.append(f"{label} {hw[key]}")
-    line = (f"Hardware: {hw.get('cpu')}, {hw.get('cores')} cores{mem} (flags: {flags}); "
+    lead = "Hardware"
+    if hw.get("runs_on"):
+        lead = ("Runs trained on: " + "; ".join(
+            f"{m} ({n} run{'s' if n != 1 else ''})" for m, n in hw["runs_on"])
+            + ". Table built on")
+    line = (f"{lead}: {hw.get('cpu')}, {hw.get('cores')} cores{mem} (flags: {flags}); "
             f"1-min load average {hw.get('load_avg_1min')} at start"
             + (f", {hw['load_avg_1min_end']} at end" if "load_avg_1min_end" in hw else "")
             + ". Software: "

@@ -18,7 +18,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from yasgd.bench import common, runcache
+from yasgd.bench import common, machine, runcache
 from yasgd.bench.study import Arm, Run, Search, runs_left, search
 from yasgd.bench.study_plan import Scale, overrides
 
@@ -51,6 +51,7 @@ class Study:
         self.cache = runcache.RunCache(cache_dir or os.path.join(out_dir, "runs_cache"))
         self._keys: Dict[Tuple[str, float, int], Run] = {}
         self.failed: Dict[str, str] = {}
+        self.machine = machine.machine_label()     # recorded with every run trained here
 
     def run_of(self, arm: Arm, factor: float, seed: int) -> Run:
         k = (arm.name, factor, seed)
@@ -113,6 +114,7 @@ class Study:
             res = json.load(f)
         res["wall_s"] = round(time.time() - t0, 1)
         res["threads"] = threads
+        res["machine"] = self.machine
         return res
 
     # -- the loop --------------------------------------------------------------------
