@@ -67,6 +67,13 @@ def test_launch_argument_errors_are_one_line(name, args, message):
     (["ablation", "--jobs", "0"], "argument --jobs: must be an integer number of runs >= 1"),
     (["largebatch", "--stop-after", "nan"], "argument --stop-after: must be a finite number"),
     (["ablation", "--max-runs", "-1"], "argument --max-runs: must be an integer number of runs"),
+    # a stray comma never widens the selection to every arm
+    (["ablation", "--arms", ","], "--arms: an empty arm name in ','"),
+    (["largebatch", "--arms", "baseline,,lars-8k"], "--arms: an empty arm name in"),
+    (["ablation", "--arms", ""], "--arms: an empty arm name in ''"),
+    # a folder no directory can be made in (procfs: the permission bits pass for root)
+    (["ablation", "--cache", "/proc/yasgd-none"], "bench --cache /proc/yasgd-none must be a "
+                                                  "writable directory"),
 ])
 def test_study_bench_argument_errors_are_one_line(tmp_path, args, message):
     """Bad options of the training benches: one line, exit 2, nothing trained or written."""
@@ -75,6 +82,15 @@ def test_study_bench_argument_errors_are_one_line(tmp_path, args, message):
     assert rc == 2 and err.startswith("yasgd: error: ") and err.count("\n") == 1, err
     assert message in err, err
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_bench_out_where_no_directory_can_be_made_is_one_line():
+    rc, stdout, err = _run(YASGD, "bench", "ablation", "--out", "/proc/yasgd-none",
+                           "--max-runs", "0")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith("yasgd: error: bench --out /proc/yasgd-none must be a writable "
+                          "directory"), err
+    assert not os.path.exists("/proc/yasgd-none")
 
 
 def test_study_bench_reports_from_an_empty_cache_into_a_new_directory(tmp_path):
@@ -92,3 +108,16 @@ def test_study_bench_reports_from_an_empty_cache_into_a_new_directory(tmp_path):
     n = len(d["setup"]["arms"])
     assert n == len(study_plan.ablation_arms(study_plan.FULL))
     assert f"PARTIAL: 0 of {n} arms complete" in (out / "bench_ablation.md").read_text()
+
+
+@pytest.mark.parametrize("module,args,message", [
+    ("ablation", ["--arms", ","], "yasgd: error: --arms: an empty arm name in ','"),
+    ("largebatch", ["--jobs", "0"], "yasgd: error: bench: argument --jobs: must be an integer"),
+    ("optimizer", ["--out", "/proc/yasgd-none"], "yasgd: error: bench --out /proc/yasgd-none "
+                                                 "must be a writable directory"),
+])
+def test_bench_module_entries_check_like_the_cli(module, args, message):
+    """``python -m yasgd.bench.NAME`` is ``yasgd bench NAME``: the same one-line errors."""
+    rc, stdout, err = _run(sys.executable, "-m", f"yasgd.bench.{module}", *args)
+    assert rc == 2 and err.count("\n") == 1 and err.startswith(message), err
+    assert "Traceback" not in stdout + err

@@ -97,11 +97,16 @@ def run_process(module: str, args: Sequence[str], env: Dict[str, str],
 def bench_main(prog: str, run, worker, argv=None, **worker_defaults) -> int:
     """The script entry of a benchmark module (``python -m yasgd.bench.NAME``).
 
-    ``--out DIR [--quick]`` calls ``run(out_dir=, quick=)``; ``--worker`` (internal:
+    A user's call runs ``yasgd bench NAME`` with the same options (the CLI imports the
+    module and calls its ``run``); ``--worker`` (internal:
     how ``run`` launches its own timed processes, e.g. under mpirun) calls
     ``worker(**options)`` with ``--result PATH`` and one ``--NAME VALUE`` option per
     entry of ``worker_defaults`` (typed by its default value).
     """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--worker" not in argv:      # a user's call: ``yasgd bench NAME``, the CLI's checks
+        from yasgd import cli
+        return cli.main(["bench", prog.rsplit(".", 1)[-1], *argv])
     import argparse
     ap = argparse.ArgumentParser(prog=prog)
     ap.add_argument("--out", default="results")
@@ -111,8 +116,5 @@ def bench_main(prog: str, run, worker, argv=None, **worker_defaults) -> int:
     for name, default in worker_defaults.items():
         ap.add_argument(f"--{name}", type=type(default), default=default, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.worker:
-        worker(result=args.result, **{name: getattr(args, name) for name in worker_defaults})
-    else:
-        run(out_dir=args.out, quick=args.quick)
+    worker(result=args.result, **{name: getattr(args, name) for name in worker_defaults})
     return 0

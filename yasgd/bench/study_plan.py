@@ -235,6 +235,17 @@ def overrides(scale: Scale, run: Run, run_dir: str) -> List[str]:
             + list(run.arm.overrides))
 
 
+def arm_names(text: str) -> List[str]:
+    """The names of ``--arms`` (comma-separated); UsageError for an empty one, so that a
+    stray comma never widens the selection to every arm."""
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        from yasgd import UsageError
+        raise UsageError(f"--arms: an empty arm name in {text!r} (comma-separated arm names; "
+                         f"leave --arms out for every arm)")
+    return names
+
+
 def select(arms: Sequence[Arm], names: Sequence[str]) -> List[Arm]:
     """The arms named in ``names`` (all when empty); UsageError for an unknown name."""
     if not names:

@@ -8,7 +8,6 @@ sitting: no run starts past them, the runs in flight finish.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -227,18 +226,9 @@ def run_bench(intro: str, arms: Sequence[Arm], scale: Scale, out_dir: str, quick
 
 
 def bench_main(prog: str, run: Callable[..., dict], argv: Optional[List[str]] = None) -> int:
-    """``python -m yasgd.bench.NAME`` of a training bench (the CLI's ``yasgd bench NAME``
-    takes the same options)."""
-    ap = argparse.ArgumentParser(prog=prog)
-    ap.add_argument("--out", default="results")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--jobs", type=int, default=2, help="runs side by side, one process each")
-    ap.add_argument("--arms", default="", help="comma-separated arm names (default: all)")
-    ap.add_argument("--max-runs", type=int, default=None, help="start at most N runs now")
-    ap.add_argument("--stop-after", type=float, default=None,
-                    help="start no run after MIN minutes (the runs in flight finish)")
-    ap.add_argument("--cache", default=None, help="result cache folder (default OUT/runs_cache)")
-    a = ap.parse_args(argv)
-    run(a.out, a.quick, a.jobs, [x for x in a.arms.split(",") if x], a.max_runs, a.stop_after,
-        a.cache)
-    return 0
+    """``python -m yasgd.bench.NAME`` of a training bench: ``yasgd bench NAME`` with the same
+    options, through the CLI's checks (one error line, exit 2, for a bad one)."""
+    del run     # the CLI imports the bench module and calls its run()
+    from yasgd import cli
+    return cli.main(["bench", prog.rsplit(".", 1)[-1],
+                     *(sys.argv[1:] if argv is None else argv)])
