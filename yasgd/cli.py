@@ -292,26 +292,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_out_dir(path: str, what: str) -> None:
-    from yasgd.config import dir_problem
-    problem = dir_problem(path) or _create_problem(path)
+    from yasgd.writable import dir_problem
+    problem = dir_problem(path)
     if problem:
         raise UsageError(f"{what} {path} must be a writable directory (or one that can be "
                          f"created): {problem}")
-
-
-def _create_problem(path: str) -> Optional[str]:
-    """Why no directory can be made where ``path`` would be made, found by making (and
-    removing) an empty one beside it: the permission bits alone pass for root, also on a
-    file system that takes no new directory (a read-only or virtual one)."""
-    import tempfile
-    probe = os.path.abspath(path)
-    while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
-        probe = os.path.dirname(probe)
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".yasgd-probe-", dir=probe))
-    except OSError as e:
-        return f"cannot create a directory in {probe}: {e.strerror or e}"
-    return None
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -32,6 +32,7 @@ import sys
 from typing import List, Optional, Sequence
 
 from yasgd import UsageError
+from yasgd.writable import file_problem
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEMPLATES = {"pbs": "jobs/abci/pbs/train.sh", "uge": "jobs/abci/uge/train.sh",
@@ -275,7 +276,7 @@ def output_path(output: str, scheduler: str) -> str:
     """Where ``-o OUTPUT`` writes the script: OUTPUT itself, or
     ``OUTPUT/job.sh`` (``job.sbatch`` for Slurm) when OUTPUT is a directory.
     UsageError unless that is a writable regular file or a new file in an
-    existing, writable directory; nothing is written here."""
+    existing, writable directory; nothing is left behind (yasgd.writable tries)."""
     if not output:
         raise UsageError("--output must not be empty")
     plain_value("--output", output)
@@ -285,15 +286,13 @@ def output_path(output: str, scheduler: str) -> str:
     elif output.endswith(os.sep):
         raise UsageError(f"--output {output!r}: no such directory")
     parent = os.path.dirname(os.path.abspath(path))
-    if os.path.lexists(path):
-        if not os.path.isfile(path):
-            raise UsageError(f"--output {path!r} exists and is not a regular file")
-        if not os.access(path, os.W_OK):
-            raise UsageError(f"--output {path!r} is not writable")
-    elif not os.path.isdir(parent):
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise UsageError(f"--output {path!r} exists and is not a regular file")
+    if not os.path.lexists(path) and not os.path.isdir(parent):
         raise UsageError(f"--output {output!r}: directory {parent!r} does not exist")
-    elif not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"--output {output!r}: directory {parent!r} is not writable")
+    problem = file_problem(path)
+    if problem:
+        raise UsageError(f"--output {output!r}: {problem}")
     return path
 
 

@@ -48,6 +48,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from yasgd import UsageError
+from yasgd.writable import dir_problem, nearest_existing
 from yasgd.data.verify import (  # noqa: F401 -- verify and its findings: re-exported
     DIGEST_HEADER, DamagedRecords, read_digests, verify, verify_records)
 from yasgd.data.verify import warn as _warn
@@ -225,13 +226,12 @@ def _check_dst(dst: str) -> None:
     """UsageError unless ``dst`` is a folder, or could be made as one, and is writable."""
     if os.path.exists(dst) and not os.path.isdir(dst):
         raise UsageError(f"im2rec: output folder {dst} is an existing file, not a folder")
-    probe = os.path.abspath(dst)
-    while not os.path.exists(probe):  # the nearest existing ancestor must be a writable folder
-        probe = os.path.dirname(probe)
+    probe = nearest_existing(dst)     # the nearest existing ancestor: a writable folder
     if not os.path.isdir(probe):
         raise UsageError(f"im2rec: cannot create output folder {dst}: {probe} is a file")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"im2rec: cannot write output folder {dst}: {probe} is not writable")
+    problem = dir_problem(dst)
+    if problem:
+        raise UsageError(f"im2rec: cannot write output folder {dst}: {problem}")
     for name in OUTPUTS:
         if os.path.isdir(os.path.join(dst, name)):
             raise UsageError(f"im2rec: {os.path.join(dst, name)} is a folder; it would be "

@@ -9,6 +9,7 @@ import os
 from typing import Optional
 
 from yasgd import UsageError
+from yasgd.writable import file_problem
 from yasgd.simulate import model, plot as splot
 from yasgd.simulate.network import ALGORITHMS
 from yasgd.simulate.presets import PRESETS, get_preset
@@ -160,7 +161,7 @@ def _output_file(path: Optional[str], what: str, name: str) -> Optional[str]:
     if not os.path.isdir(parent):
         raise UsageError(f"{what} {path}: directory {parent} "
                          + ("is not a directory" if os.path.lexists(parent) else "does not exist"))
-    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path)
-                                                    and not os.access(path, os.W_OK)):
-        raise UsageError(f"{what} {path} is not writable")
+    problem = file_problem(path)
+    if problem:
+        raise UsageError(f"{what} {path}: {problem}")
     return path
