@@ -173,6 +173,9 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m yasgd.launch")
     if not command:
         p.error("no command given (put it after --)")
     env = dict(os.environ)
+    # every rank runs on this host: a command it cannot find is one line here, before mpirun
+    if shutil.which(command[0], path=env.get("PATH")) is None:
+        p.error(f"command not found or not executable: {command[0]!r}")
     user_grace = env.get("OMPI_MCA_odls_base_sigkill_timeout")
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.np)))
     if not args.no_tuning_defaults:

@@ -49,6 +49,10 @@ def test_launch_help_is_the_launchers(name):
     (["--timeout", "nan", "--", "true"], "argument --timeout: must be a finite number of seconds"),
     (["--grace", "-1", "--", "true"], "argument --grace: must be an integer number of seconds"),
     (["-np", "2"], "no command given"),
+    # every rank runs on this host: found (or not) before mpirun starts
+    (["-np", "2", "--", "/nonexistent-yasgd"], "command not found or not executable: "
+                                               "'/nonexistent-yasgd'"),
+    (["-np", "2", "--", "yasgd-no-such-command"], "command not found or not executable"),
     (["--frob", "--", "true"], "unrecognized arguments: --frob"),
 ])
 def test_launch_argument_errors_are_one_line(name, args, message):
