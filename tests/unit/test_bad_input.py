@@ -277,6 +277,9 @@ CLI_CASES = [
     (["simulate", "--budget-bytes", "0"], "argument --budget-bytes"),
     (["simulate", "--budget-bytes", "inf"], "argument --budget-bytes"),
     (["simulate", "--preset", "nope"], "argument --preset: must be one of abci2019"),
+    # each in range, yet no finite prediction: named, never printed as inf / nan
+    (["simulate", "--images-per-gpu-s", "1e-300"], "--images-per-gpu-s 1e-300 gives no finite "),
+    (["simulate", "--epochs", "1e308"], "--epochs 1e+308 gives no finite time_to_train_s"),
     (["simulate", "--plot", "{dir}/missing/x.png"], "--plot {dir}/missing/x.png: directory {dir}/missing does not exist"),
     (["simulate", "--plot", "{dir}/missing/"], "--plot {dir}/missing/"),
     (["simulate", "--json", "{dir}/missing/x.json"], "--json {dir}/missing/x.json"),

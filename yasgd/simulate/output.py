@@ -46,6 +46,7 @@ def text(*, preset: str, gpus: int, batch: int, epochs: float,
               images_per_gpu_s=images_per_gpu_s, budget_bytes=budget_bytes)
     head = model.predict(**kw)
     rows = {alg: model.predict(algorithm=alg, **kw) for alg in ALGORITHMS}
+    _check_finite([head, *rows.values()], kw)
     t = head["topology"]
     if head["grouping"] == "fujitsu_cubic":
         grouping = (f"Fujitsu's cubic groups + fp32 BN tail (Horovod, MLPerf v0.6) -> "
@@ -115,6 +116,20 @@ def text(*, preset: str, gpus: int, batch: int, epochs: float,
                       f, indent=1)
         lines.append(f"json: {json_out}")
     return "\n".join(lines)
+
+
+def _check_finite(predictions, kw) -> None:
+    """UsageError when arguments each in range still take a prediction out of the floats
+    (a throughput so small that a step never ends, epochs so many that training does not):
+    the report would show inf and nan; the message names every argument given."""
+    bad = sorted({k for p in predictions for k, v in p.items()
+                  if isinstance(v, float) and not math.isfinite(v)})
+    if bad:
+        given = " ".join(f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float)
+                         else f"--{k.replace('_', '-')} {v}"
+                         for k, v in kw.items() if v is not None)
+        raise UsageError(f"simulate: {given} gives no finite {', '.join(bad)}: an argument is "
+                         f"beyond what the model can represent")
 
 
 def report(*, preset: str = "abci2019", gpus: int = 2048, batch: int = 81920, epochs: float = 90,
