@@ -285,11 +285,6 @@ def output_path(output: str, scheduler: str) -> str:
         path = os.path.join(path, SCRIPT_NAME[scheduler])
     elif output.endswith(os.sep):
         raise UsageError(f"--output {output!r}: no such directory")
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.lexists(path) and not os.path.isfile(path):
-        raise UsageError(f"--output {path!r} exists and is not a regular file")
-    if not os.path.lexists(path) and not os.path.isdir(parent):
-        raise UsageError(f"--output {output!r}: directory {parent!r} does not exist")
     problem = file_problem(path)
     if problem:
         raise UsageError(f"--output {output!r}: {problem}")

@@ -22,7 +22,7 @@ def nearest_existing(path: str) -> str:
     return probe
 
 
-def _entry_problem(folder: str) -> Optional[str]:
+def entry_problem(folder: str) -> Optional[str]:
     """Why no new entry can be made in the existing directory ``folder``, or None."""
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".yasgd-probe-", dir=folder))
@@ -36,7 +36,7 @@ def dir_problem(path: str) -> Optional[str]:
     probe = nearest_existing(path)
     if not os.path.isdir(probe):
         return f"{probe} is not a directory"
-    return _entry_problem(probe)
+    return entry_problem(probe)
 
 
 def file_problem(path: str) -> Optional[str]:
@@ -54,4 +54,4 @@ def file_problem(path: str) -> Optional[str]:
     if not os.path.isdir(parent):
         return (f"directory {parent} is not a directory" if os.path.lexists(parent)
                 else f"directory {parent} does not exist")
-    return _entry_problem(parent)
+    return entry_problem(parent)

@@ -28,9 +28,9 @@ from __future__ import annotations
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from yasgd.bench import common, machine, study_report as sr
+from yasgd.bench import common, study_report as sr
 from yasgd.bench.study_plan import FULL, QUICK, ablation_arms, select
-from yasgd.bench.study_run import Study, bench_main, compute, run_bench
+from yasgd.bench.study_run import Study, compute, run_bench, table_hardware
 
 NAME = "ablation"
 
@@ -218,7 +218,7 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
         title="What each technique buys at 8K (yasgd bench ablation)",
         setup={"scale": dict(study.scale.__dict__), "arms": summaries, "compute": comp,
                "code_versions": versions, "wall_s": round(wall, 1), "jobs": jobs},
-        quick=quick, hw=common.hardware({"jobs": jobs, "runs_on": machine.runs_on(records)}), acceptance_lines=acc,
+        quick=quick, hw=table_hardware(records, jobs), acceptance_lines=acc,
         plots=[plot] if plot else [],
         extra={"seeds": sr.seeds_of(summaries), "recipe_minus_baseline_8k": rb,
                "effects": t["effects"], "best_on_validation": t["best_on_validation"],
@@ -243,7 +243,7 @@ def run(out_dir: str = "results", quick: bool = False, jobs: int = 2,
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    return bench_main("python -m yasgd.bench.ablation", run, argv)
+    return common.bench_main("python -m yasgd.bench.ablation", argv)
 
 
 if __name__ == "__main__":

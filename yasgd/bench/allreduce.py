@@ -210,7 +210,7 @@ def report(results: Dict[str, dict], out_dir: str, quick: bool, repeats: int,
 
 
 def main(argv: List[str] = None) -> int:
-    return common.bench_main("python -m yasgd.bench.allreduce", run, worker, argv, setting="yasgd", repeats=10, warmup=2)
+    return common.bench_main("python -m yasgd.bench.allreduce", argv, worker, setting="yasgd", repeats=10, warmup=2)
 
 
 if __name__ == "__main__":

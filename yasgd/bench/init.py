@@ -123,7 +123,7 @@ def run(out_dir: str = "results", quick: bool = False) -> dict:
 
 
 def main(argv: List[str] = None) -> int:
-    return common.bench_main("python -m yasgd.bench.init", run, worker, argv, repeats=5, warmup=1)
+    return common.bench_main("python -m yasgd.bench.init", argv, worker, repeats=5, warmup=1)
 
 
 if __name__ == "__main__":

@@ -31,11 +31,11 @@ from __future__ import annotations
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from yasgd.bench import common, machine, study_report as sr
+from yasgd.bench import common, study_report as sr
 from yasgd.bench.largebatch_plots import plot_accuracy, plot_epochs
 from yasgd.bench.study import BASELINE_BATCH
 from yasgd.bench.study_plan import FULL, QUICK, _batch_label, headline_arms, recipe_text, select
-from yasgd.bench.study_run import Study, bench_main, compute, run_bench
+from yasgd.bench.study_run import Study, compute, run_bench, table_hardware
 
 NAME = "largebatch"
 
@@ -150,7 +150,7 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
         setup={"scale": dict(scale.__dict__), "arms": summaries, "summary": rows,
                "compute": comp, "code_versions": versions, "wall_s": round(wall, 1),
                "jobs": jobs},
-        quick=quick, hw=common.hardware({"jobs": jobs, "runs_on": machine.runs_on(records)}), acceptance_lines=acc, plots=plots,
+        quick=quick, hw=table_hardware(records, jobs), acceptance_lines=acc, plots=plots,
         extra={"seeds": sr.seeds_of(summaries), "partial": partial})
     if not progress:
         common.say(t1)
@@ -172,7 +172,7 @@ def run(out_dir: str = "results", quick: bool = False, jobs: int = 2,
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    return bench_main("python -m yasgd.bench.largebatch", run, argv)
+    return common.bench_main("python -m yasgd.bench.largebatch", argv)
 
 
 if __name__ == "__main__":

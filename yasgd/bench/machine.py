@@ -143,7 +143,6 @@ def hardware_line(hw: Dict[str, object]) -> str:
     With ``runs_on`` (a table of cached runs, yasgd.bench.study_run), the machines its runs
     trained on come first and the rest describes the machine that built the table."""
     flags = ", ".join(hw.get("cpu_flags") or []) or "n/a"
-    mem = f", {hw['memory_gib']} GiB RAM" if hw.get("memory_gib") else ""
     sw = [f"Python {hw.get('python')}", f"MXNet {hw.get('mxnet')}"]
     for key, label in (("horovod", "Horovod"), ("numpy", "NumPy"), ("mpi4py", "mpi4py"),
                        ("opencv", "OpenCV")):
@@ -154,7 +153,7 @@ def hardware_line(hw: Dict[str, object]) -> str:
         lead = ("Runs trained on: " + "; ".join(
             f"{m} ({n} run{'s' if n != 1 else ''})" for m, n in hw["runs_on"])
             + ". Table built on")
-    line = (f"{lead}: {hw.get('cpu')}, {hw.get('cores')} cores{mem} (flags: {flags}); "
+    line = (f"{lead}: {machine_label(hw)} (flags: {flags}); "
             f"1-min load average {hw.get('load_avg_1min')} at start"
             + (f", {hw['load_avg_1min_end']} at end" if "load_avg_1min_end" in hw else "")
             + ". Software: "

@@ -298,7 +298,7 @@ def report(res: dict, out_dir: str, quick: bool, repeats: int, warmup: int,
 
 
 def main(argv: List[str] = None) -> int:
-    return common.bench_main("python -m yasgd.bench.optimizer", run, worker, argv, repeats=20, warmup=2)
+    return common.bench_main("python -m yasgd.bench.optimizer", argv, worker, repeats=20, warmup=2)
 
 
 if __name__ == "__main__":

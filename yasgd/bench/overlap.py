@@ -178,7 +178,7 @@ def report(res: dict, out_dir: str, quick: bool, repeats: int, warmup: int,
 
 
 def main(argv: List[str] = None) -> int:
-    return common.bench_main("python -m yasgd.bench.overlap", run, worker, argv, repeats=15,
+    return common.bench_main("python -m yasgd.bench.overlap", argv, worker, repeats=15,
                              warmup=2, image=IMAGE, batch=BATCH)
 
 

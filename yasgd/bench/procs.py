@@ -5,8 +5,8 @@
   ``hvd.init``, so each setting needs its own launch);
 * :func:`launch_ranks` -- a 2-rank worker through ``python -m yasgd.launch`` (mpirun);
   :func:`run_process` -- a worker as one process;
-* :func:`bench_main` -- the script entry of a benchmark module (``--out``/``--quick``, or
-  ``--worker`` for the processes it launches itself).
+* :func:`bench_main` -- the script entry of a benchmark module (``yasgd bench NAME``'s
+  options, or ``--worker`` for the processes it launches itself).
 """
 from __future__ import annotations
 
@@ -94,23 +94,21 @@ def run_process(module: str, args: Sequence[str], env: Dict[str, str],
                            f"({' '.join(cmd)}){tail}")
 
 
-def bench_main(prog: str, run, worker, argv=None, **worker_defaults) -> int:
+def bench_main(prog: str, argv=None, worker=None, **worker_defaults) -> int:
     """The script entry of a benchmark module (``python -m yasgd.bench.NAME``).
 
     A user's call runs ``yasgd bench NAME`` with the same options (the CLI imports the
-    module and calls its ``run``); ``--worker`` (internal:
+    module and calls its ``run``); ``--worker`` (internal, for a module with a ``worker``:
     how ``run`` launches its own timed processes, e.g. under mpirun) calls
     ``worker(**options)`` with ``--result PATH`` and one ``--NAME VALUE`` option per
     entry of ``worker_defaults`` (typed by its default value).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    if "--worker" not in argv:      # a user's call: ``yasgd bench NAME``, the CLI's checks
+    if worker is None or "--worker" not in argv:    # a user's call: the CLI's checks
         from yasgd import cli
         return cli.main(["bench", prog.rsplit(".", 1)[-1], *argv])
     import argparse
     ap = argparse.ArgumentParser(prog=prog)
-    ap.add_argument("--out", default="results")
-    ap.add_argument("--quick", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     for name, default in worker_defaults.items():

@@ -194,6 +194,12 @@ class Study:
         return searches
 
 
+def table_hardware(records: Sequence[Dict[str, object]], jobs: int) -> Dict[str, object]:
+    """The hardware of a study table: the machine that builds it, and (``runs_on``) the
+    machines its runs trained on, as each run recorded."""
+    return common.hardware({"jobs": jobs, "runs_on": machine.runs_on(records)})
+
+
 def compute(records: Sequence[Dict[str, object]], searches: Sequence[Search]) -> Dict[str, object]:
     """The compute of the runs in a table: trained runs, their wall and core-hours, and the
     runs still needed at the mean wall time of a run."""
@@ -223,12 +229,3 @@ def run_bench(intro: str, arms: Sequence[Arm], scale: Scale, out_dir: str, quick
                                                           time.time() - t0, True, True))
     partial = any(not s.done for s in searches)
     return report(study, searches, out_dir, quick, jobs, time.time() - t0, partial)
-
-
-def bench_main(prog: str, run: Callable[..., dict], argv: Optional[List[str]] = None) -> int:
-    """``python -m yasgd.bench.NAME`` of a training bench: ``yasgd bench NAME`` with the same
-    options, through the CLI's checks (one error line, exit 2, for a bad one)."""
-    del run     # the CLI imports the bench module and calls its run()
-    from yasgd import cli
-    return cli.main(["bench", prog.rsplit(".", 1)[-1],
-                     *(sys.argv[1:] if argv is None else argv)])

@@ -48,7 +48,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from yasgd import UsageError
-from yasgd.writable import dir_problem, nearest_existing
+from yasgd.writable import entry_problem, nearest_existing
 from yasgd.data.verify import (  # noqa: F401 -- verify and its findings: re-exported
     DIGEST_HEADER, DamagedRecords, read_digests, verify, verify_records)
 from yasgd.data.verify import warn as _warn
@@ -229,7 +229,7 @@ def _check_dst(dst: str) -> None:
     probe = nearest_existing(dst)     # the nearest existing ancestor: a writable folder
     if not os.path.isdir(probe):
         raise UsageError(f"im2rec: cannot create output folder {dst}: {probe} is a file")
-    problem = dir_problem(dst)
+    problem = entry_problem(probe)
     if problem:
         raise UsageError(f"im2rec: cannot write output folder {dst}: {problem}")
     for name in OUTPUTS:

@@ -170,12 +170,6 @@ def _output_file(path: Optional[str], what: str, name: str) -> Optional[str]:
         path = os.path.join(path, name)
     elif path.endswith(os.sep):
         raise UsageError(f"{what} {path}: directory {path} does not exist")
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.lexists(path) and not os.path.isfile(path):
-        raise UsageError(f"{what} {path} exists and is not a regular file")
-    if not os.path.isdir(parent):
-        raise UsageError(f"{what} {path}: directory {parent} "
-                         + ("is not a directory" if os.path.lexists(parent) else "does not exist"))
     problem = file_problem(path)
     if problem:
         raise UsageError(f"{what} {path}: {problem}")
