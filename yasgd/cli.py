@@ -283,12 +283,29 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "provenance":
         from yasgd import provenance
         _check_out_dir(args.run_dir, "provenance RUN_DIR")
-        if args.hostfile and os.path.exists(args.hostfile) and not os.path.isfile(args.hostfile):
-            raise UsageError(f"provenance --hostfile {args.hostfile} is not a file")
+        if args.hostfile is not None:
+            _check_hostfile(args.hostfile, "provenance --hostfile")
         path = provenance.write(args.run_dir, hostfile=args.hostfile)
         print(path)
         return 0
     raise AssertionError(args.command)
+
+
+def _check_hostfile(path: str, what: str) -> None:
+    """A hostfile as MPI reads it: a text file whose non-blank lines start with a host name."""
+    if not os.path.exists(path):
+        raise UsageError(f"{what} {path} does not exist")
+    if not os.path.isfile(path):
+        raise UsageError(f"{what} {path} is not a file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            hosts = [line.split()[0] for line in f if line.strip()]
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} {path} is not a text file of host names") from None
+    except OSError as e:
+        raise UsageError(f"{what} {path} cannot be read: {e.strerror}") from None
+    if not hosts:
+        raise UsageError(f"{what} {path} lists no host")
 
 
 def _check_out_dir(path: str, what: str) -> None:

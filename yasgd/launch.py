@@ -22,7 +22,10 @@ leave a stop marker (``YASGD_STOP_FILE``, see yasgd.faults) and exit 0, so that
 mpirun ends at once; the launcher then exits 130 (SIGINT) or 143 (SIGTERM). A
 second SIGINT kills the whole job at once (exit 130; the previous checkpoint is
 intact). A job that finished before the signal took effect exits 0. A bad argument
-(``-np 0``, no command) is one ``yasgd: error: launch: ...`` line and exit status 2.
+(``-np 0``, more than 8 ranks a core, no command, one that is not found) is one
+``yasgd: error: launch: ...`` line and exit status 2. A launcher that has had no rank
+running for 30 s and still not exited (OpenMPI 4.1 at times hangs so when many ranks end
+at once) is killed, with one line saying so, and the exit status is 1.
 ``--grace`` is mpirun's delay between its own SIGTERM and SIGKILL to the ranks
 (OpenMPI's ``odls_base_sigkill_timeout``), used when mpirun aborts a job (a rank
 died, exited non-zero or called MPI_Abort): the ranks' checkpoint does not depend
@@ -39,6 +42,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from typing import List, Optional
 
 from yasgd import argtypes
@@ -47,6 +51,11 @@ STOP_FILE_ENV = "YASGD_STOP_FILE"   # yasgd.faults.STOP_FILE_ENV (not imported: 
 
 
 SINGLE_COPY_VAR = "OMPI_MCA_btl_vader_single_copy_mechanism"
+# every rank runs on this host: past this many a core it is a typo (a cluster job's -np),
+# and the host would be brought down by the ranks' memory before mpirun reported anything
+MAX_RANKS_PER_CORE = 8
+POLL_S = 0.5          # how often the supervisor looks at mpirun and its ranks
+STUCK_AFTER_S = 30.0  # a launcher with no rank left this long has hung: see _wait
 
 
 def single_copy_allowed() -> bool:
@@ -172,12 +181,17 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m yasgd.launch")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         p.error("no command given (put it after --)")
+    cores = os.cpu_count() or 1
+    if args.np > MAX_RANKS_PER_CORE * cores:
+        p.error(f"argument -np: {args.np} ranks on this host's {cores} CPU core(s) is more than "
+                f"{MAX_RANKS_PER_CORE} a core; yasgd launch starts every rank here (a job "
+                "across hosts: mpirun with a hostfile, docs/cluster.md)")
     env = dict(os.environ)
     # every rank runs on this host: a command it cannot find is one line here, before mpirun
     if shutil.which(command[0], path=env.get("PATH")) is None:
         p.error(f"command not found or not executable: {command[0]!r}")
     user_grace = env.get("OMPI_MCA_odls_base_sigkill_timeout")
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.np)))
+    env.setdefault("OMP_NUM_THREADS", str(max(1, cores // args.np)))
     if not args.no_tuning_defaults:
         env = with_tuning_defaults(env)
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -196,16 +210,23 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m yasgd.launch")
         return _supervise(cmd, env, args.timeout)
 
 
-def rank_pids(root: int) -> List[int]:
-    """Processes under ``root`` that are ranks (OpenMPI or Horovod set their rank)."""
+def _children() -> dict:
+    """Live (not zombie) processes of this host by parent pid, from /proc."""
     kids: dict = {}
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:
             with open(stat) as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            kids.setdefault(ppid, []).append(int(stat.split("/")[2]))
+                fields = f.read().rsplit(")", 1)[1].split()
+            if fields[0] != "Z":
+                kids.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
         except (OSError, IndexError, ValueError):
             pass
+    return kids
+
+
+def rank_pids(root: int) -> List[int]:
+    """Processes under ``root`` that are ranks (OpenMPI or Horovod set their rank)."""
+    kids = _children()
     out, todo = [], [root]
     while todo:
         for pid in kids.get(todo.pop(), []):
@@ -220,7 +241,32 @@ def rank_pids(root: int) -> List[int]:
     return out
 
 
-def _supervise(cmd: List[str], env: dict, timeout: Optional[float]) -> int:
+def _wait(proc: subprocess.Popen, timeout: Optional[float], stuck_after: float):
+    """mpirun's exit status; ``"timeout"`` past ``timeout`` seconds; ``"stuck"`` when it has
+    had no live child process for ``stuck_after`` seconds and still not exited. A launcher
+    runs its ranks as its children and exits once they have ended, within a second; OpenMPI
+    4.1 at times stays in its event loop for good when many ranks end together, and then
+    ignores SIGTERM too."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    childless_since = None
+    while True:
+        try:
+            return proc.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            return "timeout"
+        if _children().get(proc.pid):
+            childless_since = None
+        elif childless_since is None:
+            childless_since = now
+        elif now - childless_since >= stuck_after:
+            return "stuck"
+
+
+def _supervise(cmd: List[str], env: dict, timeout: Optional[float],
+               stuck_after: float = STUCK_AFTER_S) -> int:
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     signals: List[int] = []
 
@@ -244,13 +290,19 @@ def _supervise(cmd: List[str], env: dict, timeout: Optional[float]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    try:
-        rc = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    rc = _wait(proc, timeout, stuck_after)
+    if rc == "timeout":
         print(f"yasgd.launch: error: job exceeded {timeout:.0f} s; killing it", file=sys.stderr)
         kill_all()
         proc.wait()
         return 124
+    if rc == "stuck":
+        print(f"yasgd.launch: error: {os.path.basename(cmd[0])} has had no rank running for "
+              f"{stuck_after:.0f} s and has not exited; killing it (the ranks' exit statuses "
+              "are unknown)", file=sys.stderr, flush=True)
+        kill_all()
+        proc.wait()
+        rc = 1
     if len(signals) > 1 and signals[-1] == signal.SIGINT:
         return 128 + signal.SIGINT
     stop_file = env[STOP_FILE_ENV]

@@ -291,6 +291,9 @@ CLI_CASES = [
     (["provenance", "{plain}"], "provenance RUN_DIR {plain} must be a writable directory"),
     (["provenance", "{plain}/run"], "provenance RUN_DIR {plain}/run"),
     (["provenance", "{dir}", "--hostfile", "{dir}"], "provenance --hostfile {dir} is not a file"),
+    (["provenance", "{dir}", "--hostfile", "{dir}/nohosts"], "--hostfile {dir}/nohosts does not exist"),
+    (["provenance", "{dir}", "--hostfile", "{binary}"], "--hostfile {binary} is not a text file of host names"),
+    (["provenance", "{dir}", "--hostfile", "{empty}"], "--hostfile {empty} lists no host"),
     (["provenance"], "provenance: the following arguments are required: run_dir"),
     # train: refused before MXNet and Horovod start
     (["train", "{empty}", "run.dir={plain}"], "run directory {plain} is not writable"),

@@ -54,6 +54,9 @@ def test_launch_help_is_the_launchers(name):
                                                "'/nonexistent-yasgd'"),
     (["-np", "2", "--", "yasgd-no-such-command"], "command not found or not executable"),
     (["--frob", "--", "true"], "unrecognized arguments: --frob"),
+    # a cluster job's rank count typed on one host: refused before any rank forks
+    (["-np", str(8 * (os.cpu_count() or 1) + 1), "--", "true"],
+     f"ranks on this host's {os.cpu_count() or 1} CPU core(s) is more than 8 a core"),
 ])
 def test_launch_argument_errors_are_one_line(name, args, message):
     rc, out, err = _run(*LAUNCHERS[name], *args)
