@@ -41,6 +41,7 @@ DEFAULT_GPUS_PER_NODE = {"pbs": 8, "uge": 4, "slurm": 8}
 DEFAULT_QUEUE = {"pbs": "rt_HF", "uge": "rt_F", "slurm": None}
 SUBMIT_COMMAND = {"pbs": "qsub", "uge": "qsub", "slurm": "sbatch"}
 BEGIN, END = "# >>> yasgd jobs render", "# <<< yasgd jobs render"
+RENDERED_BY = "# Rendered by: "   # + the command: the header of every rendered script
 # What `-o DIR` writes inside an existing directory DIR.
 SCRIPT_NAME = {"pbs": "job.sh", "uge": "job.sh", "slurm": "job.sbatch"}
 
@@ -249,7 +250,7 @@ def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, conf
     argv = ["yasgd", "jobs", "render", "--scheduler", scheduler, "--nodes", str(nodes),
             "--gpus-per-node", str(gpn), "--config", config, "--walltime", wt]
     argv += (["--group", group] if group else []) + (["--queue", queue] if queue else [])
-    header = (f"# Rendered by: {one_line(shlex.join(argv + list(overrides)))}\n"
+    header = (f"{RENDERED_BY}{one_line(shlex.join(argv + list(overrides)))}\n"
               f"# from {TEMPLATES[scheduler]}\n")
     first_nl = text.index("\n") + 1
     directives = re.match(r"(?:#(?:PBS|\$|SBATCH|#SBATCH) .*\n)*", text[first_nl:]).end()
@@ -285,7 +286,9 @@ def output_path(output: str, scheduler: str) -> str:
         path = os.path.join(path, SCRIPT_NAME[scheduler])
     elif output.endswith(os.sep):
         raise UsageError(f"--output {output!r}: no such directory")
-    problem = file_problem(path)
+    problem = file_problem(path, ours=lambda head: f"\n{RENDERED_BY}yasgd jobs render ".encode()
+                           in head,
+                           kind="a job script written by yasgd jobs render")
     if problem:
         raise UsageError(f"--output {output!r}: {problem}")
     return path

@@ -69,3 +69,59 @@ def test_every_output_option_is_one_line_where_nothing_can_be_made(tmp_path, arg
     p = subprocess.run([YASGD, *args], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stdout == "", p.stdout + p.stderr
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("yasgd: error: " + message), p.stderr
+
+
+def test_file_problem_replaces_only_an_earlier_output(tmp_path):
+    ours = (lambda head: head.startswith(b"#!/bin/bash\n# made by us"), "one of ours")
+    mine = tmp_path / "mine.sh"
+    mine.write_text("#!/bin/bash\n# made by us\necho\n")
+    empty = tmp_path / "empty.sh"
+    empty.write_text("")
+    other = tmp_path / "config.yaml"
+    other.write_text("train: {epochs: 3}\n")
+    assert writable.file_problem(str(mine), *ours) is None
+    assert writable.file_problem(str(empty), *ours) is None      # nothing to lose
+    assert writable.file_problem(str(tmp_path / "new.sh"), *ours) is None
+    assert writable.file_problem(str(other), *ours) == (
+        f"{other} exists and is not one of ours; writing would lose it (remove it or name "
+        "another file)")
+    assert writable.file_problem(str(other)) is None             # no test: any file goes
+    assert other.read_text() == "train: {epochs: 3}\n"
+
+
+@pytest.mark.parametrize("args,kind", [
+    (["jobs", "render", "--scheduler", "pbs", "--nodes", "1", "--config", "{cfg}", "-o", "{cfg}"],
+     "a job script written by yasgd jobs render"),
+    (["jobs", "submit", "--scheduler", "slurm", "--nodes", "1", "--config", "{cfg}", "--dry-run",
+      "-o", "{cfg}"], "a job script written by yasgd jobs render"),
+    (["simulate", "--json", "{cfg}"], "a JSON written by yasgd simulate"),
+    (["simulate", "--plot", "{cfg}"], "a PNG written by yasgd simulate"),
+])
+def test_an_output_option_never_replaces_a_file_it_did_not_write(tmp_path, args, kind):
+    # the config the job reads, named as the output by a slip: refused, and kept as it was
+    cfg = tmp_path / "run.yaml"
+    text = "train: {epochs: 8, global_batch: 64}\n"
+    cfg.write_text(text)
+    p = subprocess.run([YASGD, *[a.format(cfg=cfg) for a in args]], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == "", p.stdout + p.stderr
+    assert p.stderr.count("\n") == 1 and f"exists and is not {kind}; writing would lose it" \
+        in p.stderr, p.stderr
+    assert cfg.read_text() == text and sorted(os.listdir(tmp_path)) == ["run.yaml"]
+
+
+def test_an_output_option_replaces_its_own_earlier_output(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("train: {epochs: 8, global_batch: 64}\n")
+    for scheduler in ("pbs", "slurm"):     # the second replaces the first
+        p = subprocess.run([YASGD, "jobs", "render", "--scheduler", scheduler, "--nodes", "1",
+                            "--config", str(cfg), "-o", str(tmp_path / "job.sh")],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+    assert "#SBATCH --nodes=1" in (tmp_path / "job.sh").read_text()
+    for _ in range(2):
+        p = subprocess.run([YASGD, "simulate", "--json", str(tmp_path), "--plot", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["job.sh", "run.yaml", "simulate.json",
+                                            "simulate.png"]

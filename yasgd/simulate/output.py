@@ -154,6 +154,8 @@ def report(*, preset: str = "abci2019", gpus: int = 2048, batch: int = 81920, ep
             raise UsageError(f"{name} must be a finite number > 0, got {value!r}")
     plot = _output_file(plot, "--plot", "simulate.png")
     json_out = _output_file(json_out, "--json", "simulate.json")
+    if plot and json_out and os.path.realpath(plot) == os.path.realpath(json_out):
+        raise UsageError(f"--plot and --json name the same file, {plot}")
     return text(preset=preset, gpus=gpus, batch=batch, epochs=epochs,
                 images_per_gpu_s=images_per_gpu_s, budget_bytes=budget_bytes, plot=plot,
                 json_out=json_out)
@@ -170,7 +172,14 @@ def _output_file(path: Optional[str], what: str, name: str) -> Optional[str]:
         path = os.path.join(path, name)
     elif path.endswith(os.sep):
         raise UsageError(f"{what} {path}: directory {path} does not exist")
-    problem = file_problem(path)
+    problem = file_problem(path, *OURS[what])
     if problem:
         raise UsageError(f"{what} {path}: {problem}")
     return path
+
+
+# what an earlier --plot / --json of simulate looks like (file_problem replaces no other file)
+OURS = {"--plot": (lambda head: head.startswith(b"\x89PNG\r\n\x1a\n")
+                   and b"Software\x00Matplotlib" in head, "a PNG written by yasgd simulate"),
+        "--json": (lambda head: head.startswith(b'{\n "prediction": {'),
+                   "a JSON written by yasgd simulate")}
