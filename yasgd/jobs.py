@@ -194,7 +194,7 @@ def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, conf
     cfg = config_mod.load(config, list(overrides))
     ranks = nodes * gpn
     per_rank = config_mod.per_rank_batch(cfg, ranks)
-    seconds = parse_walltime(walltime) if walltime else default_walltime(cfg, ranks)
+    seconds = parse_walltime(walltime) if walltime is not None else default_walltime(cfg, ranks)
     if seconds <= 0:
         raise UsageError(f"--walltime must be positive, got {walltime!r}")
     wt = format_walltime(seconds)
