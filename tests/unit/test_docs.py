@@ -8,6 +8,7 @@
 (e) the README's file map names files and folders that exist, and every module of yasgd/.
 """
 import glob
+import json
 import os
 import re
 
@@ -135,3 +136,23 @@ def test_file_map_lists_every_module():
                if not p.endswith("__init__.py")]
     absent = sorted(m for m in modules if not re.search(rf"(?<![\w.]){re.escape(m)}", block))
     assert not absent, f"yasgd modules missing from the README's file map: {absent}"
+
+
+def test_results_folder_without_a_bench_keeps_its_rows(tmp_path):
+    """``--results DIR``: a bench that DIR lacks is read from examples/results, in the
+    acceptance table as in its own blocks; so an empty folder changes no block, and one
+    bench's new record changes only what quotes it."""
+    assert report.stale(report.REPO, str(tmp_path)) == []
+    with open(os.path.join(report.DEFAULT_RESULTS, "bench_optimizer.json")) as f:
+        d = json.load(f)
+    d["acceptance"][0]["value"] = 1.5
+    d["acceptance"][0]["met"] = False
+    (tmp_path / "bench_optimizer.json").write_text(json.dumps(d))
+    rec = report.Records(str(tmp_path))
+    rows = report.bench_acceptance(rec)
+    assert rows.count("| optimizer |") == len(d["acceptance"])
+    for bench in ("allreduce", "throughput", "largebatch", "ablation"):
+        assert f"| {bench} |" in rows
+    assert "| 1.50x | **not met** |" in rows
+    changed = {name for _, name in report.stale(report.REPO, str(tmp_path))}
+    assert "bench-acceptance" in changed and "bench-allreduce" not in changed

@@ -46,9 +46,16 @@ class Records:
             return f.read()
 
     def found(self) -> Dict[str, Dict[str, object]]:
-        """summary.collect() of the results folder (bench name -> json/md/pngs)."""
+        """summary.collect() of the results folder (bench name -> json/md/pngs), a bench it
+        lacks taken from ``examples/results`` as every other record is (:meth:`path`)."""
         if "_found" not in self._cache:
-            self._cache["_found"] = summary.collect(self.dir)
+            found = summary.collect(DEFAULT_RESULTS)
+            if os.path.realpath(self.dir) != os.path.realpath(DEFAULT_RESULTS):
+                found.update({name: entry for name, entry in summary.collect(self.dir).items()
+                              if entry["json"] is not None})
+            order = {n: i for i, n in enumerate(summary.ORDER)}
+            self._cache["_found"] = dict(sorted(
+                found.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
         return self._cache["_found"]
 
 
