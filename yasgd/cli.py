@@ -155,13 +155,13 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--arms", default=None, help="comma-separated arm names (default: all)")
     st.add_argument("--max-runs", type=argtypes.integer(0, "runs"), default=None, metavar="N",
                     help="start at most N runs in this sitting")
-    st.add_argument("--stop-after", type=argtypes.positive("minutes"), default=None,
+    st.add_argument("--stop-after", type=argtypes.positive("minutes", hi=argtypes.YEAR_S // 60), default=None,
                     metavar="MIN", help="start no run after MIN minutes (runs in flight finish)")
     st.add_argument("--cache", default=None, help="result cache folder (default OUT/runs_cache)")
 
     pf = sub.add_parser("preflight", help="check every rank's node before training (GPUs, MXNet "
                         "kernels, Horovod allreduce); run under the job's launcher")
-    pf.add_argument("--timeout", type=argtypes.positive("seconds"), default=120.0, metavar="S",
+    pf.add_argument("--timeout", type=argtypes.seconds(), default=120.0, metavar="S",
                     help="end the check with an error when a rank has not finished after S "
                          "seconds (default: 120)")
 

@@ -161,10 +161,10 @@ def parser(prog: str = "python -m yasgd.launch") -> argparse.ArgumentParser:
                       "[--no-tuning-defaults] -- COMMAND ...")
     p.add_argument("-np", type=argtypes.integer(1), default=2, metavar="N",
                    help="ranks (default: 2)")
-    p.add_argument("--timeout", type=argtypes.positive("seconds"), default=None, metavar="S",
+    p.add_argument("--timeout", type=argtypes.seconds(), default=None, metavar="S",
                    help="kill the job after S seconds (exit status 124)")
     p.add_argument("--gloo", action="store_true", help="use horovodrun --gloo instead of mpirun")
-    p.add_argument("--grace", type=argtypes.integer(0, "seconds"), default=None, metavar="S",
+    p.add_argument("--grace", type=argtypes.integer(0, "seconds", hi=3600), default=None, metavar="S",
                    help="seconds between mpirun's SIGTERM and SIGKILL to the ranks (default: "
                         "$OMPI_MCA_odls_base_sigkill_timeout, else 3)")
     p.add_argument("--no-tuning-defaults", action="store_true",

@@ -284,6 +284,9 @@ CLI_CASES = [
     (["simulate", "--plot", "{dir}/missing/"], "--plot {dir}/missing/"),
     (["simulate", "--json", "{dir}/missing/x.json"], "--json {dir}/missing/x.json"),
     (["simulate", "--json", "{plain}/x.json"], "--json {plain}/x.json"),
+    # preflight: a timer past a year is refused (threading cannot wait that long)
+    (["preflight", "--timeout", "1e300"], "preflight: argument --timeout: must be a finite "
+                                          "number of seconds in (0, 31536000]"),
     # bench, provenance
     (["bench", "nope"], "bench: argument name: invalid choice: 'nope'"),
     (["bench", "optimizer", "--out", "{plain}"], "bench --out {plain} must be a writable directory"),

@@ -48,6 +48,11 @@ def test_launch_help_is_the_launchers(name):
     (["--timeout", "-5", "--", "true"], "argument --timeout: must be a finite number of seconds"),
     (["--timeout", "nan", "--", "true"], "argument --timeout: must be a finite number of seconds"),
     (["--grace", "-1", "--", "true"], "argument --grace: must be an integer number of seconds"),
+    # beyond what a timer takes: refused, not a traceback from threading or the clock
+    (["--timeout", "1e300", "--", "true"], "argument --timeout: must be a finite number of "
+                                           "seconds in (0, 31536000], got '1e300'"),
+    (["--grace", "10" * 12, "--", "true"], "argument --grace: must be an integer number of "
+                                           "seconds in [0, 3600]"),
     (["-np", "2"], "no command given"),
     # every rank runs on this host: found (or not) before mpirun starts
     (["-np", "2", "--", "/nonexistent-yasgd"], "command not found or not executable: "
@@ -73,6 +78,8 @@ def test_launch_argument_errors_are_one_line(name, args, message):
     (["largebatch", "--arms", "baseline,no-warmup"], "--arms: unknown arm(s) no-warmup"),
     (["ablation", "--jobs", "0"], "argument --jobs: must be an integer number of runs >= 1"),
     (["largebatch", "--stop-after", "nan"], "argument --stop-after: must be a finite number"),
+    (["largebatch", "--stop-after", "1e9"], "argument --stop-after: must be a finite number of "
+                                            "minutes in (0, 525600]"),
     (["ablation", "--max-runs", "-1"], "argument --max-runs: must be an integer number of runs"),
     # a stray comma never widens the selection to every arm
     (["ablation", "--arms", ","], "--arms: an empty arm name in ','"),
