@@ -24,8 +24,8 @@ second SIGINT kills the whole job at once (exit 130; the previous checkpoint is
 intact). A job that finished before the signal took effect exits 0. A bad argument
 (``-np 0``, more than 8 ranks a core, no command, one that is not found) is one
 ``yasgd: error: launch: ...`` line and exit status 2. A launcher that has had no rank
-running for 30 s and still not exited (OpenMPI 4.1 at times hangs so when many ranks end
-at once) is killed, with one line saying so, and the exit status is 1.
+running for 30 s and still not exited (OpenMPI 4.1 at times hangs so when many ranks that
+never start MPI end at once) is killed, with one line saying so, and the exit status is 1.
 ``--grace`` is mpirun's delay between its own SIGTERM and SIGKILL to the ranks
 (OpenMPI's ``odls_base_sigkill_timeout``), used when mpirun aborts a job (a rank
 died, exited non-zero or called MPI_Abort): the ranks' checkpoint does not depend
@@ -245,8 +245,8 @@ def _wait(proc: subprocess.Popen, timeout: Optional[float], stuck_after: float):
     """mpirun's exit status; ``"timeout"`` past ``timeout`` seconds; ``"stuck"`` when it has
     had no live child process for ``stuck_after`` seconds and still not exited. A launcher
     runs its ranks as its children and exits once they have ended, within a second; OpenMPI
-    4.1 at times stays in its event loop for good when many ranks end together, and then
-    ignores SIGTERM too."""
+    4.1 at times stays in its event loop for good when many ranks that never start MPI end
+    together (``-np 64 true``), and then ignores SIGTERM too."""
     deadline = None if timeout is None else time.monotonic() + timeout
     childless_since = None
     while True:

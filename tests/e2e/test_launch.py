@@ -120,7 +120,8 @@ def test_both_entries_run_a_command(entry):
 
 # --- a launcher that hangs after its ranks have ended ------------------------------------
 # OpenMPI 4.1 at times stays in its event loop for good, ignoring SIGTERM, when many ranks
-# end at once (about one run in five of `mpirun -np 64 true` here): not reproducible on
+# that never start MPI end at once (as `mpirun -np 64 true` does at times, unlike ranks
+# that call MPI_Init and MPI_Finalize): not reproducible on
 # demand, so a real process stands in for it: one that ignores SIGTERM, runs no child and
 # never exits.
 HUNG = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
