@@ -188,6 +188,11 @@ def _close_horovod_timeline() -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command in ("train", "preflight", "bench"):   # they start MXNet and Horovod
+        from yasgd.envcheck import problem
+        bad_env = problem()
+        if bad_env:
+            raise UsageError(bad_env)
     if args.command == "train":
         from yasgd import config as config_mod, faults
         faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback

@@ -195,6 +195,10 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m yasgd.launch")
     if not args.no_tuning_defaults:
         env = with_tuning_defaults(env)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    from yasgd.envcheck import problem     # what every rank gets, checked once, here
+    bad_env = problem(env)
+    if bad_env:
+        p.error(bad_env)
     # not jobs/common.sh's longer delay: that one is for a scheduler signalling mpirun
     env["OMPI_MCA_odls_base_sigkill_timeout"] = str(args.grace if args.grace is not None
                                                     else user_grace or 3)

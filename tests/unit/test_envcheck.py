@@ -1,0 +1,86 @@
+"""yasgd.envcheck: the environment variables OpenMP, MXNet and Horovod read as numbers or
+names are refused with one line before any of them starts (MXNet would abort from C++ or
+wait for good, Horovod would read garbage as 0)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from yasgd import envcheck
+
+YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = os.path.join(ROOT, "examples", "configs", "tiny.yaml")
+
+
+@pytest.mark.parametrize("name,value", [
+    ("OMP_NUM_THREADS", "1"), ("OMP_NUM_THREADS", " 2 "), ("MXNET_CPU_WORKER_NTHREADS", "4"),
+    ("MXNET_EXEC_ENABLE_ADDTO", "0"), ("MXNET_CUDNN_AUTOTUNE_DEFAULT", "2"),
+    ("HOROVOD_FUSION_THRESHOLD", "67108864"), ("HOROVOD_FUSION_THRESHOLD", "0"),
+    ("HOROVOD_CYCLE_TIME", "0.2"), ("HOROVOD_CYCLE_TIME", "5"), ("HOROVOD_LOG_LEVEL", "WARNING"),
+    ("MXNET_ENGINE_TYPE", "NaiveEngine"), ("YASGD_OPS", "mxnet"),
+])
+def test_values_their_readers_take(name, value):
+    assert envcheck.value_problem(name, value) is None
+
+
+@pytest.mark.parametrize("name,value,why", [
+    ("OMP_NUM_THREADS", "4,2", "must be an integer in [1, 2147483647]"),
+    ("OMP_NUM_THREADS", "0", "must be an integer in [1, 2147483647]"),
+    ("MXNET_CPU_WORKER_NTHREADS", "0", "must be an integer in [1, 2147483647]"),
+    ("MXNET_OMP_MAX_THREADS", "abc", "must be an integer in [1, 2147483647]"),
+    ("MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD", "1e3", "must be an integer in [0, 2147483647]"),
+    ("MXNET_CUDNN_AUTOTUNE_DEFAULT", "3", "must be an integer in [0, 2]"),
+    ("HOROVOD_FUSION_THRESHOLD", "64MB", "must be an integer in [0, 9223372036854775807]"),
+    ("HOROVOD_CACHE_CAPACITY", "-5", "must be an integer in [0, 2147483647]"),
+    ("HOROVOD_CYCLE_TIME", "nan", "must be a finite number > 0"),
+    ("HOROVOD_CYCLE_TIME", "0", "must be a finite number > 0"),
+    ("HOROVOD_LOG_LEVEL", "loud", "must be one of trace, debug, info, warning, error, fatal"),
+    ("MXNET_ENGINE_TYPE", "naiveengine", "must be one of NaiveEngine, ThreadedEngine, "
+     "ThreadedEnginePerDevice, ThreadedEnginePooled"),
+    ("YASGD_OPS", "Yasgd", "must be one of yasgd, mxnet"),
+])
+def test_values_their_readers_do_not_take(name, value, why):
+    assert envcheck.value_problem(name, value) == why
+    assert envcheck.problem({name: value}) == (
+        f"environment variable {name} {why}, got {value!r} (read by {envcheck.SPEC[name][3]})")
+
+
+def test_unset_and_empty_are_the_readers_default():
+    assert envcheck.problem({}) is None
+    assert envcheck.problem({name: "" for name in envcheck.SPEC}) is None
+
+
+def test_yasgd_ops_names_are_the_librarys():
+    from yasgd.ops import library
+    assert envcheck.YASGD_OPS_BACKENDS == library.BACKENDS
+    assert envcheck.SPEC["YASGD_OPS"][1] == library.BACKENDS
+
+
+def test_shipped_tuning_defaults_pass():
+    # every value jobs/common.sh exports, on a CPU host and a GPU host
+    from yasgd import launch
+    for kind in ("cpu", "gpu"):
+        env = {k: v for k, v in os.environ.items() if k not in envcheck.SPEC}
+        env["YASGD_HOST_KIND"] = kind
+        merged = launch.with_tuning_defaults(env)
+        assert envcheck.problem(merged) is None, kind
+
+
+@pytest.mark.parametrize("argv,name,value", [
+    (["train", TINY, "run.dir={tmp}"], "OMP_NUM_THREADS", "4,2"),
+    (["train", TINY, "run.dir={tmp}"], "MXNET_CPU_WORKER_NTHREADS", "0"),
+    (["preflight"], "YASGD_OPS", "bogus"),
+    (["bench", "optimizer", "--out", "{tmp}"], "HOROVOD_CYCLE_TIME", "soon"),
+    (["launch", "-np", "2", "--", "yasgd", "train", TINY, "run.dir={tmp}"],
+     "HOROVOD_FUSION_THRESHOLD", "64MB"),
+])
+def test_commands_refuse_before_anything_starts(tmp_path, argv, name, value):
+    env = dict(os.environ, **{name: value})
+    p = subprocess.run([YASGD, *[a.format(tmp=tmp_path) for a in argv]], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == "", p.stdout + p.stderr
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("yasgd: error: "), p.stderr
+    assert f"environment variable {name} " in p.stderr and repr(value) in p.stderr
+    assert os.listdir(tmp_path) == []

@@ -1,0 +1,89 @@
+"""The environment variables that OpenMP, MXNet and Horovod read as numbers or names,
+checked before any of them starts: ``yasgd train``, ``preflight`` and ``bench`` check their
+own environment, ``yasgd launch`` the one its ranks get (jobs/common.sh's defaults
+included).
+
+A bad value there is not refused by its reader in a way a user can act on: MXNet aborts the
+process from C++ (``dmlc::ParamError``, "terminate called", exit 134) for an integer it
+cannot parse, and waits for good on an engine with no worker thread; Horovod reads a number
+it cannot parse as 0 (``HOROVOD_FUSION_THRESHOLD=abc`` turns tensor fusion off without a
+word) and aborts on a negative cache capacity. Here each is one line naming the variable.
+An empty value counts as unset, as it does for those readers.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Mapping, Optional
+
+INT32 = 2 ** 31 - 1
+INT64 = 2 ** 63 - 1
+MXNET_ENGINES = ("NaiveEngine", "ThreadedEngine", "ThreadedEnginePerDevice",
+                 "ThreadedEnginePooled")
+HOROVOD_LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
+YASGD_OPS_BACKENDS = ("yasgd", "mxnet")   # yasgd.ops.library.BACKENDS (no MXNet import here)
+
+CASE_FREE = ("HOROVOD_LOG_LEVEL",)   # Horovod lower-cases it; the other names are exact
+
+#: variable -> (kind, lower bound or the allowed names, upper bound, who reads it)
+SPEC = {
+    "OMP_NUM_THREADS": ("int", 1, INT32, "OpenMP and MXNet"),
+    "MXNET_OMP_MAX_THREADS": ("int", 1, INT32, "MXNet"),
+    "MXNET_CPU_WORKER_NTHREADS": ("int", 1, INT32, "MXNet"),
+    "MXNET_CPU_PRIORITY_NTHREADS": ("int", 1, INT32, "MXNet"),
+    "MXNET_GPU_WORKER_NTHREADS": ("int", 1, INT32, "MXNet"),
+    "MXNET_GPU_COPY_NTHREADS": ("int", 1, INT32, "MXNet"),
+    "MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD": ("int", 0, INT32, "MXNet"),
+    "MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD": ("int", 0, INT32, "MXNet"),
+    "MXNET_EXEC_ENABLE_ADDTO": ("int", 0, 1, "MXNet"),
+    "MXNET_CUDNN_AUTOTUNE_DEFAULT": ("int", 0, 2, "MXNet"),
+    "MXNET_OPTIMIZER_AGGREGATION_SIZE": ("int", 1, INT32, "MXNet"),
+    "MXNET_SUBGRAPH_VERBOSE": ("int", 0, INT32, "MXNet"),
+    "MXNET_ENGINE_TYPE": ("name", MXNET_ENGINES, None, "MXNet"),
+    "HOROVOD_FUSION_THRESHOLD": ("int", 0, INT64, "Horovod"),
+    "HOROVOD_CYCLE_TIME": ("float", 0.0, None, "Horovod"),
+    "HOROVOD_CACHE_CAPACITY": ("int", 0, INT32, "Horovod"),
+    "HOROVOD_HIERARCHICAL_ALLREDUCE": ("int", 0, 1, "Horovod"),
+    "HOROVOD_STALL_CHECK_TIME_SECONDS": ("int", 0, INT32, "Horovod"),
+    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": ("int", 0, INT32, "Horovod"),
+    "HOROVOD_LOG_LEVEL": ("name", HOROVOD_LOG_LEVELS, None, "Horovod"),
+    "YASGD_OPS": ("name", YASGD_OPS_BACKENDS, None, "yasgd.ops"),
+}
+
+
+def value_problem(name: str, value: str) -> Optional[str]:
+    """Why ``value`` is not one that ``name``'s reader takes, or None."""
+    kind, lo, hi, _ = SPEC[name]
+    text = value.strip()
+    if kind == "int":
+        try:
+            number = int(text)
+        except ValueError:
+            number = None
+        if number is None or not lo <= number <= hi:
+            return f"must be an integer in [{lo}, {hi}]"
+    elif kind == "float":
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        if not (math.isfinite(number) and number > lo):
+            return f"must be a finite number > {lo:g}"
+    elif (text.lower() if name in CASE_FREE else value) not in lo:
+        return f"must be one of {', '.join(lo)}"
+    return None
+
+
+def problem(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The first variable of ``env`` (default: os.environ) whose value its reader cannot
+    take, as one sentence, or None."""
+    env = os.environ if env is None else env
+    for name in SPEC:
+        value = env.get(name)
+        if value is None or not value.strip():
+            continue
+        why = value_problem(name, value)
+        if why:
+            return (f"environment variable {name} {why}, got {value!r} "
+                    f"(read by {SPEC[name][3]})")
+    return None
