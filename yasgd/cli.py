@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 from typing import List, Optional
 
@@ -193,6 +194,8 @@ def _run(args: argparse.Namespace) -> int:
         bad_env = problem()
         if bad_env:
             raise UsageError(bad_env)
+    if getattr(args, "config", None):
+        _check_config_file(args.config)
     if args.command == "train":
         from yasgd import config as config_mod, faults
         faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback
@@ -294,6 +297,27 @@ def _run(args: argparse.Namespace) -> int:
         print(path)
         return 0
     raise AssertionError(args.command)
+
+
+CONFIG_MAX_BYTES = 1 << 20   # a config is a few kB; more is not one (and is read whole)
+
+
+def _check_config_file(path: str) -> None:
+    """Refuse, before reading it, a config that is not a regular file (a FIFO would wait for a
+    writer, /dev/zero never ends) or is too large to be one. A missing path or a directory is
+    left to yasgd.config, which names both."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"config file {path} is not a regular file (a FIFO, device or "
+                         "socket): give a YAML file")
+    if st.st_size > CONFIG_MAX_BYTES:
+        raise UsageError(f"config file {path} is {st.st_size:,} bytes, more than any config "
+                         f"({CONFIG_MAX_BYTES:,} at most): not a YAML config")
 
 
 def _check_hostfile(path: str, what: str) -> None:

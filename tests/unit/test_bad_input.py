@@ -207,6 +207,10 @@ def files(tmp_path_factory):
     f["locked"].write_text("train: {epochs: 3}\n")
     f["locked"].chmod(0)
     os.makedirs(os.path.join(str(d), "simout"))
+    f["fifo"] = d / "fifo.yaml"
+    os.mkfifo(f["fifo"])
+    f["huge"] = d / "huge.yaml"
+    f["huge"].write_text("#" * 2_000_000)
     yield {k: str(v) for k, v in f.items()}
     f["locked"].chmod(0o600)
 
@@ -287,6 +291,14 @@ CLI_CASES = [
     # preflight: a timer past a year is refused (threading cannot wait that long)
     (["preflight", "--timeout", "1e300"], "preflight: argument --timeout: must be a finite "
                                           "number of seconds in (0, 31536000]"),
+    # a config that is not a regular file is refused before it is read (a FIFO would wait
+    # for a writer for good, /dev/zero never ends), and so is one too large to be a config
+    ([CHECK, "{fifo}"], "config file {fifo} is not a regular file (a FIFO, device or socket)"),
+    (["train", "{fifo}"], "config file {fifo} is not a regular file"),
+    (["jobs", "render", "--scheduler", "pbs", "--nodes", "1", "--config", "{fifo}"],
+     "config file {fifo} is not a regular file"),
+    ([CHECK, "/dev/zero"], "config file /dev/zero is not a regular file"),
+    ([CHECK, "{huge}"], "config file {huge} is 2,000,000 bytes, more than any config"),
     # bench, provenance
     (["bench", "nope"], "bench: argument name: invalid choice: 'nope'"),
     (["bench", "optimizer", "--out", "{plain}"], "bench --out {plain} must be a writable directory"),
