@@ -206,8 +206,13 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m yasgd.launch")
                                                        "PYTHON", "YASGD_", "KMP_")))
     if args.gloo:
         hvdrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+        if not os.access(hvdrun, os.X_OK):
+            p.error(f"--gloo: {hvdrun} not found (Horovod is not installed in this Python)")
         cmd = [hvdrun, "--gloo", "-np", str(args.np), "-H", f"localhost:{args.np}"] + command
     else:
+        if shutil.which("mpirun") is None:
+            p.error("mpirun not found on PATH (apt-get install openmpi-bin, or module load "
+                    "an MPI)")
         cmd = mpirun_command(args.np, command, exported, env=env)
     with tempfile.TemporaryDirectory(prefix="yasgd-launch-") as tmp:
         env[STOP_FILE_ENV] = os.path.join(tmp, "stopped")

@@ -5,6 +5,7 @@ launch`` and ``python -m yasgd.launch`` run a command the same way; a launcher t
 with no rank left is killed, and one that still runs its ranks is not."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -148,3 +149,15 @@ def test_supervisor_leaves_a_launcher_whose_ranks_run():
     cmd = ["bash", "-c", "sleep 4; exit 7"]
     env = {"PATH": os.environ["PATH"], launch.STOP_FILE_ENV: "/nonexistent/stopped"}
     assert launch._supervise(cmd, env, timeout=120, stuck_after=2) == 7
+
+
+def test_no_mpirun_is_one_line(tmp_path):
+    # a PATH with the command but no mpirun (a login node without its MPI module)
+    os.symlink(shutil.which("true"), tmp_path / "true")
+    out = subprocess.run([sys.executable, "-m", "yasgd.launch", "-np", "2",
+                          "--no-tuning-defaults", "--", "true"],
+                         env=dict(os.environ, PATH=str(tmp_path)), cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == "", out.stdout + out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("yasgd: error: launch: mpirun not found on PATH"), out.stderr
