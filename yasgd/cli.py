@@ -44,6 +44,32 @@ data preparation, operations (checkpoints, resume, signals), benchmarks, large-b
 training, the scaling model and the design."""
 
 LAUNCH_USAGE = "yasgd launch -np N [--timeout S] [--gloo] ... -- COMMAND"
+OVERRIDES = "section.key=value"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the versions are looked up only when asked for."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print yasgd's version and its stack's, and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_version())
+        parser.exit(0)
+
+
+def _version() -> str:
+    """yasgd's version and the stack's, from the installed packages' metadata (no import)."""
+    from importlib import metadata
+    from yasgd import __version__
+    parts = []
+    for name in ("mxnet", "horovod", "numpy"):
+        try:
+            parts.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{name} not installed")
+    return f"yasgd {__version__} ({', '.join(parts)})"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,7 +78,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         sub = self.prog[len("yasgd"):].strip()
-        text = " ".join(message.split())
+        # argparse names every positional left unfilled, the optional overrides too
+        text = " ".join(message.replace(f", {OVERRIDES}", "").split())
         self.exit(2, f"yasgd: error: {sub + ': ' if sub else ''}{text} (see {self.prog} --help)\n")
 
 
@@ -65,15 +92,16 @@ def _host_device() -> str:
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="yasgd", description=DESCRIPTION, epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action=_VersionAction)
     sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="command")
 
     t = sub.add_parser("train", help="train from a YAML config (1 rank, or N under mpirun/horovodrun)")
     t.add_argument("config", help="YAML config file (see examples/configs/)")
-    t.add_argument("overrides", nargs="*", metavar="section.key=value")
+    t.add_argument("overrides", nargs="*", metavar=OVERRIDES)
 
     c = sub.add_parser("check-config", help="load and validate a config for a world size, print it resolved")
     c.add_argument("config")
-    c.add_argument("overrides", nargs="*", metavar="section.key=value")
+    c.add_argument("overrides", nargs="*", metavar=OVERRIDES)
     c.add_argument("--world-size", type=argtypes.integer(1), default=1, help="ranks (>= 1)")
     c.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                    help="what the ranks compute on, for the rules that depend on it "
@@ -127,7 +155,7 @@ def _parser() -> argparse.ArgumentParser:
         jr.add_argument("--queue", default=None)
         jr.add_argument("--output", "-o", default=None, help="write the script here (default: stdout)")
         jr.add_argument("--dry-run", action="store_true", help="print what would be submitted")
-        jr.add_argument("overrides", nargs="*", metavar="section.key=value")
+        jr.add_argument("overrides", nargs="*", metavar=OVERRIDES)
 
     s = sub.add_parser("simulate", help="scaling model of synchronous data-parallel training")
     s.add_argument("--preset", default="abci2019",

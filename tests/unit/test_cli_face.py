@@ -135,3 +135,21 @@ def test_bench_module_entries_check_like_the_cli(module, args, message):
     rc, stdout, err = _run(sys.executable, "-m", f"yasgd.bench.{module}", *args)
     assert rc == 2 and err.count("\n") == 1 and err.startswith(message), err
     assert "Traceback" not in stdout + err
+
+
+def test_version_names_yasgd_and_its_stack():
+    from importlib import metadata
+    import yasgd
+    rc, out, err = _run(YASGD, "--version")
+    assert rc == 0 and err == ""
+    assert out == (f"yasgd {yasgd.__version__} (mxnet {metadata.version('mxnet')}, horovod "
+                   f"{metadata.version('horovod')}, numpy {metadata.version('numpy')})\n")
+
+
+@pytest.mark.parametrize("command", ["train", "check-config"])
+def test_missing_config_names_only_the_config(command):
+    # the overrides are optional: argparse would list them among the missing arguments
+    rc, out, err = _run(YASGD, command)
+    assert rc == 2 and out == ""
+    assert err == (f"yasgd: error: {command}: the following arguments are required: config "
+                   f"(see yasgd {command} --help)\n")
