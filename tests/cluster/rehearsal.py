@@ -38,6 +38,16 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600, help="seconds the job may take")
     ap.add_argument("overrides", nargs="*", help="section.key=value for the training")
     a = ap.parse_args(argv)
+    # what the user named, checked before any namespace, daemon or folder is made
+    bad = ([f"--script {a.script} is not a file"] if a.script and not os.path.isfile(a.script)
+           else []) + \
+        ([f"--config {a.config} is not a file"] if not a.script and not os.path.isfile(a.config)
+         else []) + \
+        ([f"--timeout must be a finite number of seconds > 0, got {a.timeout}"]
+         if not (0 < a.timeout < float("inf")) else [])
+    if bad:
+        print(f"cluster-rehearsal: error: {bad[0]}", file=sys.stderr)
+        return 2
     reason = netns.unavailable()
     if reason:
         print(f"cluster-rehearsal: cannot run here: {reason}", file=sys.stderr)
