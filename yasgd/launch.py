@@ -23,7 +23,8 @@ mpirun ends at once; the launcher then exits 130 (SIGINT) or 143 (SIGTERM). A
 second SIGINT kills the whole job at once (exit 130; the previous checkpoint is
 intact). A job that finished before the signal took effect exits 0. A bad argument
 (``-np 0``, more than 8 ranks a core, no command, one that is not found) is one
-``yasgd: error: launch: ...`` line and exit status 2. A launcher that has had no rank
+``yasgd: error: launch: ...`` line and exit status 2; so is a ``yasgd train`` command
+whose config or overrides are bad for ``-np`` ranks (checked once, before mpirun). A launcher that has had no rank
 running for 30 s and still not exited (OpenMPI 4.1 at times hangs so when many ranks that
 never start MPI end at once) is killed, with one line saying so, and the exit status is 1.
 ``--grace`` is mpirun's delay between its own SIGTERM and SIGKILL to the ranks
@@ -190,6 +191,17 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m yasgd.launch")
     # every rank runs on this host: a command it cannot find is one line here, before mpirun
     if shutil.which(command[0], path=env.get("PATH")) is None:
         p.error(f"command not found or not executable: {command[0]!r}")
+    train = train_arguments(command)
+    if train and not train[0].startswith("-"):
+        # a training's config is checked once, here, for this world size: one line, not
+        # the same line from every rank and then mpirun's report of the failed job
+        check = subprocess.run([sys.executable, "-m", "yasgd.cli", "check-config", *train,
+                                "--world-size", str(args.np)], env=env, capture_output=True,
+                               text=True)
+        # (an argument error is check-config's own: train reports it in its words)
+        if check.returncode == 2 and not check.stderr.startswith("yasgd: error: check-config:"):
+            sys.stderr.write(check.stderr)
+            return 2
     user_grace = env.get("OMPI_MCA_odls_base_sigkill_timeout")
     env.setdefault("OMP_NUM_THREADS", str(max(1, cores // args.np)))
     if not args.no_tuning_defaults:
@@ -231,6 +243,17 @@ def _children() -> dict:
         except (OSError, IndexError, ValueError):
             pass
     return kids
+
+
+def train_arguments(command: List[str]) -> Optional[List[str]]:
+    """CONFIG and the overrides of a ``yasgd train CONFIG ...`` command (also ``python -m
+    yasgd.cli train ...``), else None."""
+    if os.path.basename(command[0]) == "yasgd" and command[1:2] == ["train"]:
+        return command[2:]
+    if os.path.basename(command[0]).startswith("python") and command[1:4] == [
+            "-m", "yasgd.cli", "train"]:
+        return command[4:]
+    return None
 
 
 def rank_pids(root: int) -> List[int]:

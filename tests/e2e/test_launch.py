@@ -161,3 +161,23 @@ def test_no_mpirun_is_one_line(tmp_path):
     assert out.returncode == 2 and out.stdout == "", out.stdout + out.stderr
     assert out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.startswith("yasgd: error: launch: mpirun not found on PATH"), out.stderr
+
+
+@pytest.mark.parametrize("train,message", [
+    (["train", "{tmp}/missing.yaml"], "config file not found: {tmp}/missing.yaml"),
+    (["train", "examples/configs/tiny.yaml", "optim.lr=-1", "run.dir={tmp}"],
+     "config key optim.lr must be a finite number > 0, got -1.0"),
+    # the world size is the launch's: 3 ranks do not divide tiny's batch of 256
+    (["train", "examples/configs/tiny.yaml", "run.dir={tmp}"],
+     "train.global_batch=256 is not divisible by ranks (3)"),
+])
+@pytest.mark.parametrize("entry", ["yasgd", "python -m yasgd.cli"])
+def test_a_bad_training_is_one_line_before_any_rank(tmp_path, train, message, entry):
+    head = [YASGD] if entry == "yasgd" else [sys.executable, "-m", "yasgd.cli"]
+    out = subprocess.run([YASGD, "launch", "-np", "3", "--", *head,
+                          *[a.format(tmp=tmp_path) for a in train]],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == "", out.stdout + out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr      # not once a rank, nor mpirun's report
+    assert out.stderr.startswith("yasgd: error: " + message.format(tmp=tmp_path)), out.stderr
+    assert os.listdir(tmp_path) == []
