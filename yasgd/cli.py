@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import stat
 import sys
 from typing import List, Optional
 
@@ -47,31 +46,6 @@ LAUNCH_USAGE = "yasgd launch -np N [--timeout S] [--gloo] ... -- COMMAND"
 OVERRIDES = "section.key=value"
 
 
-class _VersionAction(argparse.Action):
-    """``--version``: the versions are looked up only when asked for."""
-
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-                         help="print yasgd's version and its stack's, and exit")
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(_version())
-        parser.exit(0)
-
-
-def _version() -> str:
-    """yasgd's version and the stack's, from the installed packages' metadata (no import)."""
-    from importlib import metadata
-    from yasgd import __version__
-    parts = []
-    for name in ("mxnet", "horovod", "numpy"):
-        try:
-            parts.append(f"{name} {metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            parts.append(f"{name} not installed")
-    return f"yasgd {__version__} ({', '.join(parts)})"
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse whose errors are one line, ``yasgd: error: <subcommand>: <message>``, exit 2
     (instead of the usage block and ``yasgd <sub>: error:``); ``--help`` is unchanged."""
@@ -92,7 +66,7 @@ def _host_device() -> str:
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="yasgd", description=DESCRIPTION, epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action=_VersionAction)
+    p.add_argument("--version", action=argtypes.VersionAction)
     sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="command")
 
     t = sub.add_parser("train", help="train from a YAML config (1 rank, or N under mpirun/horovodrun)")
@@ -223,7 +197,7 @@ def _run(args: argparse.Namespace) -> int:
         if bad_env:
             raise UsageError(bad_env)
     if getattr(args, "config", None):
-        _check_config_file(args.config)
+        argtypes.check_config_file(args.config)
     if args.command == "train":
         from yasgd import config as config_mod, faults
         faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback
@@ -320,49 +294,11 @@ def _run(args: argparse.Namespace) -> int:
         from yasgd import provenance
         _check_out_dir(args.run_dir, "provenance RUN_DIR")
         if args.hostfile is not None:
-            _check_hostfile(args.hostfile, "provenance --hostfile")
+            argtypes.check_hostfile(args.hostfile, "provenance --hostfile")
         path = provenance.write(args.run_dir, hostfile=args.hostfile)
         print(path)
         return 0
     raise AssertionError(args.command)
-
-
-CONFIG_MAX_BYTES = 1 << 20   # a config is a few kB; more is not one (and is read whole)
-
-
-def _check_config_file(path: str) -> None:
-    """Refuse, before reading it, a config that is not a regular file (a FIFO would wait for a
-    writer, /dev/zero never ends) or is too large to be one. A missing path or a directory is
-    left to yasgd.config, which names both."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        return
-    if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"config file {path} is not a regular file (a FIFO, device or "
-                         "socket): give a YAML file")
-    if st.st_size > CONFIG_MAX_BYTES:
-        raise UsageError(f"config file {path} is {st.st_size:,} bytes, more than any config "
-                         f"({CONFIG_MAX_BYTES:,} at most): not a YAML config")
-
-
-def _check_hostfile(path: str, what: str) -> None:
-    """A hostfile as MPI reads it: a text file whose non-blank lines start with a host name."""
-    if not os.path.exists(path):
-        raise UsageError(f"{what} {path} does not exist")
-    if not os.path.isfile(path):
-        raise UsageError(f"{what} {path} is not a file")
-    try:
-        with open(path, encoding="utf-8") as f:
-            hosts = [line.split()[0] for line in f if line.strip()]
-    except UnicodeDecodeError:
-        raise UsageError(f"{what} {path} is not a text file of host names") from None
-    except OSError as e:
-        raise UsageError(f"{what} {path} cannot be read: {e.strerror}") from None
-    if not hosts:
-        raise UsageError(f"{what} {path} lists no host")
 
 
 def _check_out_dir(path: str, what: str) -> None:

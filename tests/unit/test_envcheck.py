@@ -73,7 +73,7 @@ def test_shipped_tuning_defaults_pass():
     (["train", TINY, "run.dir={tmp}"], "MXNET_CPU_WORKER_NTHREADS", "0"),
     (["preflight"], "YASGD_OPS", "bogus"),
     (["bench", "optimizer", "--out", "{tmp}"], "HOROVOD_CYCLE_TIME", "soon"),
-    (["launch", "-np", "2", "--", "yasgd", "train", TINY, "run.dir={tmp}"],
+    (["launch", "-np", "2", "--", YASGD, "train", TINY, "run.dir={tmp}"],
      "HOROVOD_FUSION_THRESHOLD", "64MB"),
 ])
 def test_commands_refuse_before_anything_starts(tmp_path, argv, name, value):
