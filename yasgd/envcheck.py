@@ -41,7 +41,7 @@ SPEC = {
     "MXNET_SUBGRAPH_VERBOSE": ("int", 0, INT32, "MXNet"),
     "MXNET_ENGINE_TYPE": ("name", MXNET_ENGINES, None, "MXNet"),
     "HOROVOD_FUSION_THRESHOLD": ("int", 0, INT64, "Horovod"),
-    "HOROVOD_CYCLE_TIME": ("float", 0.0, None, "Horovod"),
+    "HOROVOD_CYCLE_TIME": ("float", 0.0, None, "Horovod"),   # ms; 0: no wait between cycles
     "HOROVOD_CACHE_CAPACITY": ("int", 0, INT32, "Horovod"),
     "HOROVOD_HIERARCHICAL_ALLREDUCE": ("int", 0, 1, "Horovod"),
     "HOROVOD_STALL_CHECK_TIME_SECONDS": ("int", 0, INT32, "Horovod"),
@@ -67,8 +67,8 @@ def value_problem(name: str, value: str) -> Optional[str]:
             number = float(text)
         except ValueError:
             number = math.nan
-        if not (math.isfinite(number) and number > lo):
-            return f"must be a finite number > {lo:g}"
+        if not (math.isfinite(number) and number >= lo):
+            return f"must be a finite number >= {lo:g}"
     elif (text.lower() if name in CASE_FREE else value) not in lo:
         return f"must be one of {', '.join(lo)}"
     return None

@@ -18,7 +18,7 @@ TINY = os.path.join(ROOT, "examples", "configs", "tiny.yaml")
     ("OMP_NUM_THREADS", "1"), ("OMP_NUM_THREADS", " 2 "), ("MXNET_CPU_WORKER_NTHREADS", "4"),
     ("MXNET_EXEC_ENABLE_ADDTO", "0"), ("MXNET_CUDNN_AUTOTUNE_DEFAULT", "2"),
     ("HOROVOD_FUSION_THRESHOLD", "67108864"), ("HOROVOD_FUSION_THRESHOLD", "0"),
-    ("HOROVOD_CYCLE_TIME", "0.2"), ("HOROVOD_CYCLE_TIME", "5"), ("HOROVOD_LOG_LEVEL", "WARNING"),
+    ("HOROVOD_CYCLE_TIME", "0.2"), ("HOROVOD_CYCLE_TIME", "5"), ("HOROVOD_CYCLE_TIME", "0"), ("HOROVOD_LOG_LEVEL", "WARNING"),
     ("MXNET_ENGINE_TYPE", "NaiveEngine"), ("YASGD_OPS", "mxnet"),
 ])
 def test_values_their_readers_take(name, value):
@@ -34,8 +34,8 @@ def test_values_their_readers_take(name, value):
     ("MXNET_CUDNN_AUTOTUNE_DEFAULT", "3", "must be an integer in [0, 2]"),
     ("HOROVOD_FUSION_THRESHOLD", "64MB", "must be an integer in [0, 9223372036854775807]"),
     ("HOROVOD_CACHE_CAPACITY", "-5", "must be an integer in [0, 2147483647]"),
-    ("HOROVOD_CYCLE_TIME", "nan", "must be a finite number > 0"),
-    ("HOROVOD_CYCLE_TIME", "0", "must be a finite number > 0"),
+    ("HOROVOD_CYCLE_TIME", "nan", "must be a finite number >= 0"),
+    ("HOROVOD_CYCLE_TIME", "-1", "must be a finite number >= 0"),
     ("HOROVOD_LOG_LEVEL", "loud", "must be one of trace, debug, info, warning, error, fatal"),
     ("MXNET_ENGINE_TYPE", "naiveengine", "must be one of NaiveEngine, ThreadedEngine, "
      "ThreadedEnginePerDevice, ThreadedEnginePooled"),
