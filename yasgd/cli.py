@@ -315,7 +315,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from yasgd import launch
         try:
             return launch.main(argv[1:], prog="yasgd launch")
-        except SystemExit as e:             # --help (0), a usage error (2), no mpirun (1)
+        except SystemExit as e:   # --help (0), a usage error (2), common.sh not sourced (1)
             if isinstance(e.code, int) or e.code is None:
                 return e.code or 0
             print(e.code, file=sys.stderr)

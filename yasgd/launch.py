@@ -46,7 +46,7 @@ import tempfile
 import time
 from typing import List, Optional
 
-from yasgd import argtypes
+from yasgd import UsageError, argtypes
 
 STOP_FILE_ENV = "YASGD_STOP_FILE"   # yasgd.faults.STOP_FILE_ENV (not imported: no numpy here)
 
@@ -108,10 +108,12 @@ def mpirun_command(np_: int, command: List[str], env_vars: Optional[List[str]] =
     """The mpirun command line for ``command`` on ``np_`` ranks. OpenMPI's single-copy
     shared-memory transport is left to OpenMPI's own choice where this host allows it
     (:func:`single_copy_allowed`) and switched off where it does not; an
-    ``OMPI_MCA_btl_vader_single_copy_mechanism`` in ``env`` (default: os.environ) wins."""
+    ``OMPI_MCA_btl_vader_single_copy_mechanism`` in ``env`` (default: os.environ) wins.
+    UsageError where no mpirun is on PATH."""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
-        raise SystemExit("yasgd.launch: error: mpirun not found (apt-get install openmpi-bin)")
+        raise UsageError("mpirun not found on PATH (apt-get install openmpi-bin, or module "
+                         "load an MPI)")
     cmd = [mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none"]
     if SINGLE_COPY_VAR not in (os.environ if env is None else env) and not single_copy_allowed():
         cmd += ["--mca", "btl_vader_single_copy_mechanism", "none"]
@@ -222,10 +224,10 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m yasgd.launch")
             p.error(f"--gloo: {hvdrun} not found (Horovod is not installed in this Python)")
         cmd = [hvdrun, "--gloo", "-np", str(args.np), "-H", f"localhost:{args.np}"] + command
     else:
-        if shutil.which("mpirun") is None:
-            p.error("mpirun not found on PATH (apt-get install openmpi-bin, or module load "
-                    "an MPI)")
-        cmd = mpirun_command(args.np, command, exported, env=env)
+        try:
+            cmd = mpirun_command(args.np, command, exported, env=env)
+        except UsageError as e:
+            p.error(str(e))
     with tempfile.TemporaryDirectory(prefix="yasgd-launch-") as tmp:
         env[STOP_FILE_ENV] = os.path.join(tmp, "stopped")
         return _supervise(cmd, env, args.timeout)
@@ -243,6 +245,31 @@ def _children() -> dict:
         except (OSError, IndexError, ValueError):
             pass
     return kids
+
+
+def _live_children(pid: int) -> List[int]:
+    """The live (not zombie) children of ``pid``: from its own ``/proc/PID/task/*/children``
+    (a few small reads, as the supervisor does every poll of a long job), else from a scan
+    of the whole of /proc (kernels without that file)."""
+    lists = glob.glob(f"/proc/{pid}/task/*/children")
+    if not lists:
+        return _children().get(pid, [])
+    kids = []
+    for path in lists:
+        try:
+            with open(path) as f:
+                kids += [int(k) for k in f.read().split()]
+        except (OSError, ValueError):
+            pass
+    live = []
+    for kid in kids:
+        try:
+            with open(f"/proc/{kid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    live.append(kid)
+        except (OSError, IndexError):
+            pass
+    return live
 
 
 def train_arguments(command: List[str]) -> Optional[List[str]]:
@@ -289,7 +316,7 @@ def _wait(proc: subprocess.Popen, timeout: Optional[float], stuck_after: float):
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             return "timeout"
-        if _children().get(proc.pid):
+        if _live_children(proc.pid):
             childless_since = None
         elif childless_since is None:
             childless_since = now
