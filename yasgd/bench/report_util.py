@@ -53,9 +53,7 @@ class Records:
             if os.path.realpath(self.dir) != os.path.realpath(DEFAULT_RESULTS):
                 found.update({name: entry for name, entry in summary.collect(self.dir).items()
                               if entry["json"] is not None})
-            order = {n: i for i, n in enumerate(summary.ORDER)}
-            self._cache["_found"] = dict(sorted(
-                found.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
+            self._cache["_found"] = summary.in_order(found)
         return self._cache["_found"]
 
 

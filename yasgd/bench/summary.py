@@ -54,6 +54,11 @@ def collect(out_dir: str) -> Dict[str, Dict[str, object]]:
     for name, entry in found.items():
         entry["pngs"] = sorted(os.path.basename(p) for p in
                                glob.glob(os.path.join(out_dir, f"bench_{name}*.png")))
+    return in_order(found)
+
+
+def in_order(found: Dict[str, Dict[str, object]]) -> Dict[str, Dict[str, object]]:
+    """``found`` with its benches in :data:`ORDER` (others after, by name)."""
     order = {n: i for i, n in enumerate(ORDER)}
     return dict(sorted(found.items(), key=lambda kv: (order.get(kv[0], len(ORDER)), kv[0])))
 
