@@ -48,8 +48,9 @@ def test_openmpi_sees_two_hosts(cluster):
     """2 ranks over ssh, one per node: OpenMPI's local size 1 on each (its shared
     memory transport, vader, only joins ranks of one host), and the ranks' TCP goes
     over the veth only (btl_tcp_if_include / oob_tcp_if_include)."""
-    code = ("import os, socket; print('rank', os.environ['OMPI_COMM_WORLD_RANK'], "
-            "socket.gethostname(), 'local', os.environ['OMPI_COMM_WORLD_LOCAL_SIZE'])")
+    code = ("import os, socket; os.write(1, ('rank %s %s local %s\\n' % ("
+            "os.environ['OMPI_COMM_WORLD_RANK'], socket.gethostname(), "
+            "os.environ['OMPI_COMM_WORLD_LOCAL_SIZE'])).encode())")
     r = cluster.run("node1", ["mpirun", "-np", "2", "--host", "node1:1,node2:1",
                               "--bind-to", "none", PYTHON, "-c", code],
                     env=cluster.mpi_env(), cwd=REPO, timeout=60)

@@ -334,8 +334,10 @@ def test_launcher_forwards_sigterm_and_exits_143(tmp_path):
     script = tmp_path / "ranks.py"
     script.write_text(
         "import os, signal, sys, time\n"
-        "signal.signal(signal.SIGTERM, lambda *a: (print('rank', os.environ['OMPI_COMM_WORLD_RANK'],"
-        " 'got SIGTERM', flush=True), sys.exit(143)))\n"
+        # one write(2) per line: mpirun forwards each rank's pipe as it reads it, so a
+        # line printed piece by piece can interleave with the other rank's
+        "signal.signal(signal.SIGTERM, lambda *a: (os.write(1, ('rank %s got SIGTERM\\n'"
+        " % os.environ['OMPI_COMM_WORLD_RANK']).encode()), sys.exit(143)))\n"
         "print('ready', flush=True)\n"
         "time.sleep(60)\n")
     env = dict(os.environ, OMP_NUM_THREADS="1")
