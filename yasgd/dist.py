@@ -63,11 +63,43 @@ class World:
         out = hvd.allreduce(mx.nd.array(arr, dtype="float64"), average=False, name=name)
         return out.asnumpy()
 
+    # Broadcasts go through allreduce: rank 0's values plus -0.0 from every other rank,
+    # exact in every dtype. Not Horovod's broadcast op: in Horovod 0.28.1 its MXNet path
+    # (EnqueueTensorBroadcast) reads the operation's name once more after queueing the
+    # tensor. When the background thread completes the broadcast first, MXNet has
+    # already deleted the finished operation and, with it, the parameters holding that
+    # name: the rank reads freed memory (a segmentation fault, or a rank stuck copying
+    # garbage at exit). Horovod's allreduce and allgather never touch the name after
+    # queueing it.
+    def broadcast_arrays(self, arrays: Sequence, name: str) -> None:
+        """Overwrite ``arrays`` (MXNet NDArrays) on every rank with rank 0's values, in
+        place, and wait until they hold them (a sync point)."""
+        if self.size == 1 or not arrays:
+            return
+        import horovod.mxnet as hvd
+        if not self.is_root:
+            for a in arrays:
+                a[:] = 0      # then -0.0: x + (-0.0) is x for every float x, both zeros
+                a *= -1       # included (MXNet writes a scalar -0.0 as +0.0)
+        for k, a in enumerate(arrays):
+            hvd.allreduce_(a, average=False, name=f"{name}.{k}")
+        for a in arrays:
+            a.wait_to_read()
+
     def broadcast_object(self, obj, name: str):
+        """Rank 0's ``obj`` (pickled) on every rank; the others' ``obj`` is ignored."""
         if self.size == 1:
             return obj
-        import horovod.mxnet as hvd
-        return hvd.broadcast_object(obj, root_rank=0, name=name)
+        import pickle
+        import mxnet as mx
+        payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) if self.is_root else b""
+        size = mx.nd.array([len(payload)], dtype="int64")
+        self.broadcast_arrays([size], name=f"{name}.size")
+        n = int(size.asscalar())
+        data = (mx.nd.array(np.frombuffer(payload, dtype=np.uint8), dtype="uint8") if self.is_root
+                else mx.nd.zeros((n,), dtype="uint8"))
+        self.broadcast_arrays([data], name=f"{name}.data")
+        return obj if self.is_root else pickle.loads(data.asnumpy().tobytes())
 
     def barrier(self, name: str = "barrier") -> None:
         self.allreduce_sum([0.0], name=name)

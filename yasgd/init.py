@@ -72,13 +72,14 @@ def parallel_initialize(net, seed: int, ctx=None, initializer: Optional[mx.init.
     """Initialise ``net``'s parameters identically on every rank.
 
     seed: the same on every rank (parallel init). broadcast: instead broadcast
-    rank 0's parameters. check: verify agreement with one allgather.
+    rank 0's parameters (``World.broadcast_arrays``). check: verify agreement with one
+    allgather.
     """
     from yasgd.model import default_initializer
     seed_everything(seed)
     net.initialize(initializer or default_initializer(), ctx=ctx or mx.cpu(), force_reinit=True)
     if world is not None and world.size > 1 and broadcast:
-        import horovod.mxnet as hvd
-        hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+        world.broadcast_arrays([p.data() for p in net.collect_params().values()],
+                               name="yasgd.init.bcast")
     if check:
         check_agreement(net, world)

@@ -5,11 +5,14 @@ Markdown cannot differ.
 """
 from __future__ import annotations
 
+import glob
+import json
+import os
 from types import SimpleNamespace
 from typing import Dict, List, Optional
 
-from yasgd.bench import common, study_report as sr
-from yasgd.bench.report_util import Records, _hardware, _notes, _rel
+from yasgd.bench import common, runcache, study_report as sr
+from yasgd.bench.report_util import DEFAULT_RESULTS, Records, _hardware, _notes, _rel
 
 
 def _scale(d: dict) -> SimpleNamespace:
@@ -27,6 +30,31 @@ def _status(d: dict) -> List[str]:
             f"`pending` marks what is not.", ""]
 
 
+def _code_line(d: dict, rec: Records) -> List[str]:
+    """Whether the runs of the tables ran this checkout's training code: the cache's own
+    test (``RunCache.why_stale``) on a cached run of their code version (the version
+    itself, a digest, is in the bench's JSON and Markdown)."""
+    versions = d["setup"]["code_versions"]
+    n = "one code version" if len(versions) == 1 else f"{len(versions)} code versions"
+    root = os.path.join(rec.dir, "runs_cache")
+    root = root if os.path.isdir(root) else os.path.join(DEFAULT_RESULTS, "runs_cache")
+    for path in sorted(glob.glob(os.path.join(root, "*.json"))):
+        try:
+            with open(path) as f:
+                entry = json.load(f)
+            ran = runcache.code_version(entry["code"], entry["env"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if ran in versions:
+            why = runcache.RunCache(root).why_stale(entry)
+            if why is None:
+                return [f"Every run in these tables ran {n}: this checkout's training code."]
+            return [f"Every run in these tables ran {n}, and this checkout's training code "
+                    f"is not that code ({why}): run again, the bench trains every run anew "
+                    f"instead of reading the cache."]
+    return [f"Every run in these tables ran {n}."]
+
+
 def largebatch_results(rec: Records) -> str:
     from yasgd.bench import largebatch as lb
     d = rec.bench("largebatch")
@@ -39,6 +67,7 @@ def largebatch_results(rec: Records) -> str:
         "Every arm's LR search (validation top-1 of seed 0 at each grid point; the chosen "
         "point in bold) and its seeds (test top-1):", "", sr.search_table(arms), "",
         common.acceptance_table(d["acceptance"]), ""] + _notes(d["notes"], skip=("Code version",))
+        + [""] + _code_line(d, rec)
         + ["", _hardware(d["hardware"]), ""] + plots)
 
 
@@ -76,4 +105,5 @@ def ablation_results(rec: Records) -> str:
         "Every arm's LR search (validation top-1 of seed 0; the chosen point in bold) and its "
         "seeds (test top-1):", "", sr.search_table(arms), "",
         common.acceptance_table(d["acceptance"]), ""] + _notes(d["notes"], skip=("Code version",))
+        + [""] + _code_line(d, rec)
         + ["", _hardware(d["hardware"]), ""] + plots)
