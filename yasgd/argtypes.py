@@ -9,7 +9,7 @@ import argparse
 import math
 import os
 import stat
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 from yasgd import UsageError
 
@@ -104,8 +104,9 @@ def check_config_file(path: str) -> None:
                          f"({CONFIG_MAX_BYTES:,} at most): not a YAML config")
 
 
-def check_hostfile(path: str, what: str) -> None:
-    """A hostfile as MPI reads it: a text file whose non-blank lines start with a host name."""
+def check_hostfile(path: str, what: str) -> List[str]:
+    """The host names of a hostfile as MPI reads it (a text file whose non-blank lines
+    start with a host name), or UsageError naming ``what`` and ``path``."""
     if not os.path.exists(path):
         raise UsageError(f"{what} {path} does not exist")
     if not os.path.isfile(path):
@@ -119,3 +120,4 @@ def check_hostfile(path: str, what: str) -> None:
         raise UsageError(f"{what} {path} cannot be read: {e.strerror}") from None
     if not hosts:
         raise UsageError(f"{what} {path} lists no host")
+    return hosts

@@ -27,6 +27,7 @@ from yasgd.config_resolve import (DEVICES, FUSED_BN_RELU_ONLY, check_device,  # 
                                   fused_bn_relu, hybridize, stall_timeout)
 from yasgd.config_yaml import parse_scalar, read_file  # noqa: F401 -- read_file: public here too
 from yasgd.grouping import DEFAULT_BUDGET_BYTES
+from yasgd.writable import dir_problem
 
 
 def key(default: Any, check: Check) -> Any:
@@ -334,21 +335,6 @@ def check_values(cfg: Config) -> None:
         raise UsageError(FUSED_BN_RELU_ONLY + " (model.dtype is float16)")
     if cfg.run.resume not in ("none", "") and not cfg.run.dir:
         raise UsageError("config key run.resume needs a run directory (run.dir is empty)")
-
-
-def dir_problem(path: str) -> Optional[str]:
-    """Why ``path`` cannot be (or be created as) a writable directory, or None."""
-    probe = os.path.abspath(path)
-    while not os.path.lexists(probe):            # the nearest part of the path that exists
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    if not os.path.isdir(probe):
-        return f"{probe} is not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable"
-    return None
 
 
 def check_run_dir(cfg: Config) -> None:

@@ -20,7 +20,7 @@ gradient: the same seam MXNet AMP uses (``mxnet.contrib.amp``: ``trainer._scale`
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional
 
 INITIAL_DYNAMIC_SCALE = 2.0 ** 16
 FACTOR = 2.0
@@ -77,6 +77,22 @@ class LossScaler:
         if self.good >= self.window:
             self.good = 0
             self.scale = self.scale * FACTOR
+
+
+def state(scaler: Optional[LossScaler]) -> Optional[Dict[str, float]]:
+    """What a checkpoint keeps of a dynamic scaler (its scale and its count of good steps),
+    so that a resumed run scales as the uninterrupted one would; None otherwise."""
+    if scaler is None or not scaler.dynamic:
+        return None
+    return {"scale": scaler.scale, "good": scaler.good}
+
+
+def restore(scaler: Optional[LossScaler], saved: Optional[Dict[str, float]]) -> None:
+    """Put a checkpoint's :func:`state` back (a checkpoint without one keeps the initial)."""
+    if scaler is None or not scaler.dynamic or not saved:
+        return
+    scaler.scale = max(MIN_SCALE, float(saved["scale"]))
+    scaler.good = int(saved["good"])
 
 
 def from_config(train_cfg, trainer) -> Optional[LossScaler]:

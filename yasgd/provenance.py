@@ -13,7 +13,9 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
+
+from yasgd import UsageError
 
 # Environment variables that change what a run does or how fast it runs.
 ENV_PREFIXES = ("OMP_", "MXNET_", "HOROVOD_", "NCCL_", "OMPI_COMM_WORLD_SIZE", "UCX_",
@@ -46,31 +48,41 @@ def _versions() -> Dict[str, Optional[str]]:
     return out
 
 
-def _hosts(hostfile: Optional[str]) -> list:
-    for path in (hostfile, os.environ.get("PBS_NODEFILE"), os.environ.get("SGE_JOB_HOSTLIST")):
+def _hosts(hostfile: Optional[str]) -> Tuple[list, Optional[str]]:
+    """(the job's hosts, None), or ([], why not) when its host list cannot be read: the
+    record of a running training is no reason to stop it."""
+    from yasgd.argtypes import check_hostfile
+    for what, path in (("--hostfile", hostfile), ("$PBS_NODEFILE", os.environ.get("PBS_NODEFILE")),
+                       ("$SGE_JOB_HOSTLIST", os.environ.get("SGE_JOB_HOSTLIST"))):
         if path and os.path.isfile(path):
-            with open(path) as f:
-                return [line.split()[0] for line in f if line.strip()]
+            try:
+                return check_hostfile(path, what), None
+            except UsageError as e:
+                return [], str(e)
     if os.environ.get("SLURM_JOB_NODELIST"):
-        return [os.environ["SLURM_JOB_NODELIST"]]
-    return [socket.gethostname()]
+        return [os.environ["SLURM_JOB_NODELIST"]], None
+    return [socket.gethostname()], None
 
 
 def collect(world_size: Optional[int] = None, hostfile: Optional[str] = None) -> Dict[str, Any]:
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
-    return {
+    hosts, hosts_problem = _hosts(hostfile)
+    out = {
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "argv": sys.argv,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "host": socket.gethostname(),
-        "hosts": _hosts(hostfile),
+        "hosts": hosts,
         "world_size": world_size,
         "cpu_count": os.cpu_count(),
         "git": _git_revision(),
         "packages": _versions(),
         "environment": env,
     }
+    if hosts_problem:
+        out["hosts_problem"] = hosts_problem
+    return out
 
 
 def write(run_dir: str, world_size: Optional[int] = None, hostfile: Optional[str] = None,

@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from yasgd import UsageError
+from yasgd import UsageError, loss_scale
 from yasgd.checkpoint import structural_params
 from yasgd.checkpoint_format import (MANIFEST, MANIFEST_DIGEST, NAME, PARAMS, STATE, STATES,
                                      CheckpointError, aux_name, check_file, checkpoints,
@@ -173,6 +173,7 @@ def load_into(s, path: str, state: Dict[str, Any]) -> None:
     opt._index_update_count = opt._all_index_update_counts[dev]
     if hasattr(opt, "_last_lr"):
         opt._last_lr = desc.get("last_lr")
+    loss_scale.restore(getattr(s, "scaler", None), state.get("loss_scale"))
 
 
 def restore(s) -> Tuple[int, int, float]:

@@ -34,11 +34,13 @@ def train_step(s: "Setup", batches: Iterator[Batch], meter: "TrainMeter") -> Non
         x, y = next(batches)
         if s.cfg.model.dtype == "float16":
             x = x.astype("float16")
-        # forward + smoothed loss, then backward (queued, not waited for)
+        # forward + smoothed loss (times the loss scale, recorded too, so that backward
+        # runs through it), then backward (queued, not waited for)
         with autograd.record():
             out = s.net(x)
             loss = s.loss_fn(out, y)      # in float32, also for float16 logits (yasgd.loss)
-        (loss * s.scaler.scale if s.scaler is not None else loss).backward()
+            scaled = loss * s.scaler.scale if s.scaler is not None else loss
+        scaled.backward()
         meter.add_batch(loss, out, y)
     # allreduce (grouped, overlapping backward) + LARS update; with a loss scale, the
     # scaler divides it out of the gradients (and, dynamic, skips a step that overflowed)

@@ -205,3 +205,30 @@ def test_two_ranks_move_on_together_when_only_rank_1_fails(data_root, copy):
         f"yasgd: warning: skipping checkpoint {two}: loading failed on rank 1 of 2"), text
     assert proc.stdout.count(f"resumed from {one}: 1 epochs, step 4") == 1, text
     assert events(rd)[-1]["steps"] == 6 and os.path.isdir(two)
+
+
+# -- the dynamic loss scale ------------------------------------------------------------------
+def _loss_scale_of(parent, ckpt):
+    (name,) = os.listdir(parent)
+    with open(os.path.join(parent, name, ckpt, "state.json")) as f:
+        return json.load(f)["loss_scale"]
+
+
+def test_dynamic_loss_scale_resumes_where_it_stopped(data_root, tmp_path):
+    """A checkpoint keeps the dynamic loss scale and its count of good steps: stopped after
+    one epoch and resumed, a run ends with the scale of the run that was never stopped.
+    Window 3, 4 steps an epoch, no overflow at these scales: doubled after steps 3 and 6."""
+    ls = ("train.loss_scale=dynamic", "train.loss_scale_window=3")
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    for parent, extra in ((whole, ["train.max_steps=8"]), (part, ["train.max_steps=4"]),
+                          (part, ["run.resume=auto", "train.max_steps=8"])):
+        proc = train(data_root, parent, *ls, *extra)
+        assert proc.returncode == 0, proc.text
+    assert _loss_scale_of(part, "ckpt-1") == {"scale": 2.0 ** 17, "good": 1}
+    assert _loss_scale_of(whole, "ckpt-2") == _loss_scale_of(part, "ckpt-2") == \
+        {"scale": 2.0 ** 18, "good": 2}
+
+
+def test_no_loss_scale_is_kept_without_a_scaler(base):
+    with open(os.path.join(base[0], "ckpt-1", "state.json")) as f:
+        assert json.load(f)["loss_scale"] is None

@@ -313,6 +313,9 @@ CLI_CASES = [
     # train: refused before MXNet and Horovod start
     (["train", "{empty}", "run.dir={plain}"], "run directory {plain} is not writable"),
     (["train", "{empty}", "run.dir={plain}/runs"], "(config key run.dir)"),
+    # a file system that takes no new entry, whatever the permission bits say
+    (["train", "{empty}", "run.dir=/proc/yasgd-none"],
+     "run directory /proc/yasgd-none is not writable: /proc is not writable"),
     (["train", "{empty}", "optim.lr=-1"], "config key optim.lr must be a finite number > 0, got -1"),
 ]
 if not IS_ROOT:

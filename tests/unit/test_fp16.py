@@ -183,3 +183,37 @@ def test_check_config_device_option():
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("yasgd: error: config key "
                                                                  "model.fused_bn_relu=true")
+
+
+@pytest.mark.parametrize("scale, dynamic", [(1024.0, False), (2.0 ** 16, True)])
+def test_train_step_with_a_loss_scale_equals_the_step_without(scale, dynamic):
+    """yasgd.step.train_step, the step yasgd train runs, with a loss scale: backward runs
+    through loss x scale and the scaler divides it out, so 4 SGD steps end where 4 steps
+    without a scale end. Tolerance per tensor: every element within 1e-5 of the tensor's
+    largest magnitude (powers of two scale exactly; the sums' order may differ)."""
+    from types import SimpleNamespace
+    from yasgd import init
+    from yasgd.meter import TrainMeter
+    from yasgd.step import train_step
+    rng = np.random.RandomState(0)
+    data = [(mx.nd.array(rng.randn(6, 1, 8, 8)), mx.nd.array(rng.randint(0, 4, 6)))
+            for _ in range(4)]
+    ends = []
+    for scaled in (False, True):
+        net = mx.gluon.nn.HybridSequential()
+        net.add(mx.gluon.nn.Conv2D(6, 3, padding=1, in_channels=1, activation="relu"),
+                mx.gluon.nn.GlobalAvgPool2D(), mx.gluon.nn.Dense(4, in_units=6))
+        init.parallel_initialize(net, 3, check=False)
+        tr = allreduce.DistributedTrainer(net.collect_params(), "sgd",
+                                          {"learning_rate": 0.5, "momentum": 0.9, "wd": 0.0})
+        run = SimpleNamespace(cfg=SimpleNamespace(train=SimpleNamespace(accumulate=1),
+                                                  model=SimpleNamespace(dtype="float32")),
+                              net=net, loss_fn=LabelSmoothingCE(0.1), trainer=tr, per_rank=6,
+                              steps_run=0,
+                              scaler=loss_scale.LossScaler(tr, scale, dynamic) if scaled else None)
+        batches, meter = iter(data), TrainMeter(mx.cpu())
+        for _ in data:
+            train_step(run, batches, meter)
+        ends.append([p.data().asnumpy() for p in net.collect_params().values()])
+    for a, ref in zip(*reversed(ends)):
+        np.testing.assert_allclose(a, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
