@@ -149,7 +149,7 @@ def _finish(s, tmp: str, path: str, step: int, elapsed: float, opt_desc: Dict[st
              "steps_per_epoch": int(s.steps_per_epoch), "world_size": int(s.world.size),
              "elapsed_s": float(elapsed), "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
              "seed": int(s.cfg.run.seed), "optimizer": opt_desc,
-             "loss_scale": loss_scale.state(getattr(s, "scaler", None)),
+             "loss_scale": loss_scale.state(s.scaler),
              "params": list(structural_params(s.net)),
              "config_digest": config_digest(s.cfg), "config": trajectory_config(s.cfg)}
     write_synced(os.path.join(tmp, STATE), json.dumps(state, indent=1, default=str))

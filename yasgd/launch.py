@@ -233,17 +233,28 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m yasgd.launch")
         return _supervise(cmd, env, args.timeout)
 
 
+def _stat(path: str) -> Optional[List[str]]:
+    """The fields of a ``/proc/PID/stat`` after the command name (state first, then the
+    parent pid), or None when the process is gone."""
+    try:
+        with open(path) as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _live(fields: Optional[List[str]]) -> bool:
+    """Whether :func:`_stat`'s fields are those of a process that is not a zombie."""
+    return bool(fields) and fields[0] != "Z"
+
+
 def _children() -> dict:
     """Live (not zombie) processes of this host by parent pid, from /proc."""
     kids: dict = {}
     for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if fields[0] != "Z":
-                kids.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
-        except (OSError, IndexError, ValueError):
-            pass
+        fields = _stat(stat)
+        if _live(fields):
+            kids.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
     return kids
 
 
@@ -261,15 +272,7 @@ def _live_children(pid: int) -> List[int]:
                 kids += [int(k) for k in f.read().split()]
         except (OSError, ValueError):
             pass
-    live = []
-    for kid in kids:
-        try:
-            with open(f"/proc/{kid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    live.append(kid)
-        except (OSError, IndexError):
-            pass
-    return live
+    return [kid for kid in kids if _live(_stat(f"/proc/{kid}/stat"))]
 
 
 def train_arguments(command: List[str]) -> Optional[List[str]]:

@@ -173,7 +173,7 @@ def load_into(s, path: str, state: Dict[str, Any]) -> None:
     opt._index_update_count = opt._all_index_update_counts[dev]
     if hasattr(opt, "_last_lr"):
         opt._last_lr = desc.get("last_lr")
-    loss_scale.restore(getattr(s, "scaler", None), state.get("loss_scale"))
+    loss_scale.restore(s.scaler, state.get("loss_scale"))
 
 
 def restore(s) -> Tuple[int, int, float]:

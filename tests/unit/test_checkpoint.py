@@ -47,6 +47,7 @@ def _setup(run_dir, dtype="float32", seed=3, keep=2):
     said, events = [], []
     return SimpleNamespace(cfg=cfg, world=World(), ctx=mx.cpu(), net=net, trainer=trainer,
                            steps_per_epoch=4, run_dir=str(run_dir), said=said, events=events,
+                           scaler=None,   # train.loss_scale none, as yasgd.train.Setup has it
                            log=SimpleNamespace(say=said.append,
                                                event=lambda kind, **f: events.append((kind, f))))
 
