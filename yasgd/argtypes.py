@@ -36,6 +36,27 @@ def integer(lo: int, unit: str = "", hi: Optional[int] = None) -> Callable[[str]
     return parse
 
 
+#: the most processes or threads one option may start per CPU core of this host
+MAX_PER_CORE = 8
+
+
+def per_core(unit: str, per_core: int = MAX_PER_CORE) -> Callable[[str], int]:
+    """An integer in [1, per_core x this host's CPU cores]: a count of ``unit`` (processes,
+    threads, runs) that one command starts here, bounded so that a typo cannot fork without
+    end."""
+    cores = os.cpu_count() or 1
+    hi = per_core * cores
+    check = integer(1, unit, hi)
+
+    def parse(text: str) -> int:
+        try:
+            return check(text)
+        except argparse.ArgumentTypeError as e:
+            raise argparse.ArgumentTypeError(
+                f"{e} (at most {per_core} per CPU core; this host has {cores})") from None
+    return parse
+
+
 def positive(unit: str = "", hi: Optional[float] = None) -> Callable[[str], float]:
     """A finite number > 0 (not nan, not inf; <= hi where given)."""
     what = f"a finite number of {unit}" if unit else "a finite number"

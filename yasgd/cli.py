@@ -86,35 +86,24 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("launch", help=f"run N ranks of a command on this host through mpirun: "
                                   f"{LAUNCH_USAGE}", add_help=False)
 
-    def int_in(lo: int, hi: Optional[int] = None):
-        """argparse type: an int in [lo, hi]; argparse names the argument in the error."""
-        def parse(text: str) -> int:
-            try:
-                value = int(text)
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-            if value < lo or (hi is not None and value > hi):
-                bounds = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-                raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
-            return value
-        return parse
-
     d = sub.add_parser("data", help="dataset tools")
     dsub = d.add_subparsers(dest="data_command", required=True)
     r = dsub.add_parser("im2rec", help="ImageNet-layout folder -> train/val RecordIO")
     r.add_argument("src", help="folder with train/<class>/*.JPEG and val/<class>/*.JPEG")
     r.add_argument("dst", help="output folder for train/val .rec/.idx/.digests, classes.txt")
-    r.add_argument("--resize", type=int_in(0), default=256,
+    r.add_argument("--resize", type=argtypes.integer(0, "pixels"), default=256,
                    help="shorter side in pixels (0 = keep)")
-    r.add_argument("--quality", type=int_in(1, 100), default=95, help="JPEG quality 1..100")
-    r.add_argument("--workers", type=int_in(1), default=2)
+    r.add_argument("--quality", type=argtypes.integer(1, hi=100), default=95, help="JPEG quality 1..100")
+    r.add_argument("--workers", type=argtypes.per_core("worker processes"), default=2,
+                   help="encoding processes")
     r.add_argument("--verify", action="store_true", help="read every record back")
     r.add_argument("--no-progress", action="store_true")
     v = dsub.add_parser("verify", help="check every record of a .rec/.idx pair (exit 1: damaged)")
     v.add_argument("prefix", help="path without extension, e.g. data/train")
     v.add_argument("--headers-only", action="store_true",
                    help="fast: record framing and header only (no digest, no decode)")
-    v.add_argument("--threads", type=int_in(1), default=2, help="decoding threads")
+    v.add_argument("--threads", type=argtypes.per_core("threads"), default=2,
+                   help="decoding threads")
 
     j = sub.add_parser("jobs", help="cluster job scripts")
     jsub = j.add_subparsers(dest="jobs_command", required=True)
@@ -136,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="the system (`--preset list` prints every preset and its sources)")
     s.add_argument("--gpus", type=argtypes.integer(1), default=2048)
     s.add_argument("--batch", type=argtypes.integer(1), default=81920, help="global mini-batch")
-    s.add_argument("--epochs", type=argtypes.positive(), default=90)
+    s.add_argument("--epochs", type=argtypes.positive("epochs"), default=90)
     s.add_argument("--images-per-gpu-s", type=argtypes.positive(), default=None,
                    help="per-GPU compute throughput (default: the preset's)")
     s.add_argument("--budget-bytes", type=argtypes.integer(1), default=None,
@@ -153,8 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="results", help="results directory")
     b.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
     st = b.add_argument_group("largebatch and ablation (cached training studies)")
-    st.add_argument("--jobs", type=argtypes.integer(1, "runs"), default=None,
-                    help="runs side by side, one process each (default 2)")
+    st.add_argument("--jobs", type=argtypes.per_core("runs", 1), default=None,
+                    help="runs side by side, one process each (default 2; at most one a core)")
     st.add_argument("--arms", default=None, help="comma-separated arm names (default: all)")
     st.add_argument("--max-runs", type=argtypes.integer(0, "runs"), default=None, metavar="N",
                     help="start at most N runs in this sitting")

@@ -52,9 +52,10 @@ STOP_FILE_ENV = "YASGD_STOP_FILE"   # yasgd.faults.STOP_FILE_ENV (not imported: 
 
 
 SINGLE_COPY_VAR = "OMPI_MCA_btl_vader_single_copy_mechanism"
-# every rank runs on this host: past this many a core it is a typo (a cluster job's -np),
-# and the host would be brought down by the ranks' memory before mpirun reported anything
-MAX_RANKS_PER_CORE = 8
+# every rank runs on this host: past argtypes.MAX_PER_CORE a core it is a typo (a cluster
+# job's -np), and the host would be brought down by the ranks' memory before mpirun reported
+# anything
+MAX_RANKS_PER_CORE = argtypes.MAX_PER_CORE
 POLL_S = 0.5          # how often the supervisor looks at mpirun and its ranks
 STUCK_AFTER_S = 30.0  # a launcher with no rank left this long has hung: see _wait
 

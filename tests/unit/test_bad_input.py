@@ -266,7 +266,7 @@ CLI_CASES = [
     (["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
     (["--frob", CHECK, "{empty}"], "unrecognized arguments: --frob"),
     # simulate
-    (["simulate", "--epochs", "nan"], "simulate: argument --epochs: must be a finite number > 0, got 'nan'"),
+    (["simulate", "--epochs", "nan"], "simulate: argument --epochs: must be a finite number of epochs > 0, got 'nan'"),
     (["simulate", "--epochs", "inf"], "argument --epochs"),
     (["simulate", "--epochs", "0"], "argument --epochs"),
     (["simulate", "--epochs", "-90"], "argument --epochs"),
@@ -283,7 +283,12 @@ CLI_CASES = [
     (["simulate", "--preset", "nope"], "argument --preset: must be one of abci2019"),
     # each in range, yet no finite prediction: named, never printed as inf / nan
     (["simulate", "--images-per-gpu-s", "1e-300"], "--images-per-gpu-s 1e-300 gives no finite "),
-    (["simulate", "--epochs", "1e308"], "--epochs 1e+308 gives no finite time_to_train_s"),
+    # no schedule anyone plans: refused rather than printed as a 300-digit time
+    (["simulate", "--epochs", "1e308"], "--epochs must be in (0, 10000], got 1e+308"),
+    (["simulate", "--epochs", "10000.5"], "--epochs must be in (0, 10000], got 10000.5"),
+    # a step of more images than the training set has is no epoch the model can time
+    (["simulate", "--gpus", "1", "--batch", "1281168"],
+     "--batch 1281168 is more than the 1,281,167 images of ImageNet-1k's training set"),
     (["simulate", "--plot", "{dir}/missing/x.png"], "--plot {dir}/missing/x.png: directory {dir}/missing does not exist"),
     (["simulate", "--plot", "{dir}/missing/"], "--plot {dir}/missing/"),
     (["simulate", "--json", "{dir}/missing/x.json"], "--json {dir}/missing/x.json"),

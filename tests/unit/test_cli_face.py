@@ -76,7 +76,11 @@ def test_launch_argument_errors_are_one_line(name, args, message):
     (["init", "--max-runs", "1"], "bench init: --max-runs applies to bench largebatch"),
     (["ablation", "--arms", "nope"], "--arms: unknown arm(s) nope (known: baseline, lars-8k,"),
     (["largebatch", "--arms", "baseline,no-warmup"], "--arms: unknown arm(s) no-warmup"),
-    (["ablation", "--jobs", "0"], "argument --jobs: must be an integer number of runs >= 1"),
+    (["ablation", "--jobs", "0"], "argument --jobs: must be an integer number of runs in [1, "),
+    # each run needs a core: more side by side only oversubscribes (and multiplies the memory)
+    (["ablation", "--jobs", str((os.cpu_count() or 1) + 1)],
+     f"must be an integer number of runs in [1, {os.cpu_count() or 1}], got "
+     f"'{(os.cpu_count() or 1) + 1}' (at most 1 per CPU core; this host has "),
     (["largebatch", "--stop-after", "nan"], "argument --stop-after: must be a finite number"),
     (["largebatch", "--stop-after", "1e9"], "argument --stop-after: must be a finite number of "
                                             "minutes in (0, 525600]"),

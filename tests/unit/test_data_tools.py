@@ -118,12 +118,18 @@ def test_verify_good_set(conv):
 def test_im2rec_bad_arguments(conv, tmp_path):
     src = conv[0]
     for flag, value in (("--quality", 0), ("--quality", 101), ("--quality", "high"),
-                        ("--resize", -1), ("--workers", 0)):
+                        ("--resize", -1), ("--workers", 0),
+                        # a process count past 8 per core is a typo, not a pool to fork
+                        ("--workers", 8 * (os.cpu_count() or 1) + 1), ("--workers", 100000)):
         p = yasgd("data", "im2rec", src, tmp_path / "o", flag, value)
         assert p.returncode == 2 and "Traceback" not in p.stderr
         lines = errors(p)
         assert len(lines) == 1 and flag in lines[0], p.stderr
     assert not os.path.exists(tmp_path / "o")
+    for value in (0, 8 * (os.cpu_count() or 1) + 1):
+        p = yasgd("data", "verify", os.path.join(conv[1], "train"), "--threads", value)
+        assert p.returncode == 2 and p.stdout == ""
+        assert len(errors(p)) == 1 and "argument --threads: " in errors(p)[0], p.stderr
     with pytest.raises(UsageError, match="--quality must be 1..100"):  # the library checks too
         im2rec.convert(src, str(tmp_path / "o"), quality=0, progress=False)
 

@@ -30,6 +30,9 @@ from yasgd.simulate.network import (Topology, allreduce_time, backward_tensors,
 from yasgd.simulate.presets import Preset, get_preset, single_node
 
 IMAGENET_TRAIN = 1_281_167      # ILSVRC-2012 training images
+# past this, a run is no training schedule anyone plans (ImageNet recipes run up to a few
+# hundred epochs) and the times overflow what the report prints
+MAX_EPOCHS = 10_000
 IMAGENET_VAL = 50_000           # ILSVRC-2012 validation images
 DEFAULT_BUDGET = DEFAULT_BUDGET_BYTES
 GROUPINGS = ("budget", "equal", "fujitsu_cubic")
@@ -142,8 +145,11 @@ def predict(*, preset: str = "abci2019", gpus: int = 2048, batch: int = 81920,
         raise UsageError(f"--gpus must be >= 1, got {gpus}")
     if batch < 1 or batch % gpus:
         raise UsageError(f"--batch {batch} is not divisible by --gpus {gpus}")
-    if epochs <= 0:
-        raise UsageError(f"--epochs must be > 0, got {epochs}")
+    if batch > IMAGENET_TRAIN:
+        raise UsageError(f"--batch {batch} is more than the {IMAGENET_TRAIN:,} images of "
+                         "ImageNet-1k's training set, the epoch the model times")
+    if not 0 < epochs <= MAX_EPOCHS:
+        raise UsageError(f"--epochs must be in (0, {MAX_EPOCHS}], got {epochs}")
     b = batch // gpus
     sw_round = software_round or mlperf_round
     c = per_image_s(p, sw_round)
