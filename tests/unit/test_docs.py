@@ -156,3 +156,24 @@ def test_results_folder_without_a_bench_keeps_its_rows(tmp_path):
     assert "| 1.50x | **not met** |" in rows
     changed = {name for _, name in report.stale(report.REPO, str(tmp_path))}
     assert "bench-acceptance" in changed and "bench-allreduce" not in changed
+
+
+def test_study_blocks_name_plan_arms_the_tables_lack(tmp_path):
+    """An arm the plan has and the recorded tables do not (added after their runs) is named
+    under the tables, from the plan itself; a record holding every planned arm names none."""
+    from yasgd.bench import report_study, study_plan
+    with open(os.path.join(report.DEFAULT_RESULTS, "bench_ablation.json")) as f:
+        d = json.load(f)
+    planned = study_plan.ablation_arms(study_plan.FULL)
+    by_name = {a.name: a for a in planned}
+    # as recorded, minus two planned arms: both named, in the plan's order, and no others
+    gone = [a["arm"] for a in d["setup"]["arms"] if a["arm"] in by_name][-2:]
+    d["setup"]["arms"] = [a for a in d["setup"]["arms"] if a["arm"] not in gone]
+    line = "\n".join(report_study._plan_line(d, study_plan.ablation_arms))
+    missing = [a.label for a in planned if a.name not in {x["arm"] for x in d["setup"]["arms"]}]
+    assert set(gone) <= {a.name for a in planned if a.label in missing}
+    assert f"has {len(missing)} arms these tables do not have: " + "; ".join(missing) in line
+    # every planned arm recorded: no line
+    d["setup"]["arms"] += [{"arm": a.name} for a in planned
+                           if a.name not in {x["arm"] for x in d["setup"]["arms"]}]
+    assert report_study._plan_line(d, study_plan.ablation_arms) == []

@@ -252,7 +252,8 @@ def test_each_ablation_arm_changes_exactly_its_technique():
                  "augment-polish-8": {"data.pad_crop", "data.flip", "data.polish_epochs"},
                  "paper-tail": {"schedule.power", "schedule.end_lr"},
                  "label-smoothing-0.2-paper-tail": {
-                     "train.label_smoothing", "schedule.power", "schedule.end_lr"}}
+                     "train.label_smoothing", "schedule.power", "schedule.end_lr"},
+                 "wd-5e-5": {"optim.wd"}}
     between = {"grid-between": set(),
                "label-smoothing-0.2-grid-between": {"train.label_smoothing"}}
     assert (set(techniques) | set(tuning) | set(on_recipe) | set(between) | {"paper-settings"}

@@ -11,7 +11,7 @@ import os
 from types import SimpleNamespace
 from typing import Dict, List, Optional
 
-from yasgd.bench import common, runcache, study_report as sr
+from yasgd.bench import common, runcache, study_plan, study_report as sr
 from yasgd.bench.report_util import DEFAULT_RESULTS, Records, _hardware, _notes, _rel
 
 
@@ -55,6 +55,19 @@ def _code_line(d: dict, rec: Records) -> List[str]:
     return [f"Every run in these tables ran {n}."]
 
 
+def _plan_line(d: dict, plan) -> List[str]:
+    """The arms this checkout's plan (``plan(scale)``, e.g. ``study_plan.ablation_arms``) has
+    and the tables do not: added since the tables' runs, so none of them ran yet."""
+    scale = study_plan.QUICK if d["setup"]["scale"].get("name") == "quick" else study_plan.FULL
+    have = {a["arm"] for a in d["setup"]["arms"]}
+    missing = [a.label for a in plan(scale) if a.name not in have]
+    if not missing:
+        return []
+    n, it = ("one arm", "it") if len(missing) == 1 else (f"{len(missing)} arms", "them")
+    return ["", f"This checkout's plan has {n} these tables do not have: "
+            + "; ".join(missing) + f". The bench trains {it} when it next runs."]
+
+
 def largebatch_results(rec: Records) -> str:
     from yasgd.bench import largebatch as lb
     d = rec.bench("largebatch")
@@ -67,7 +80,7 @@ def largebatch_results(rec: Records) -> str:
         "Every arm's LR search (validation top-1 of seed 0 at each grid point; the chosen "
         "point in bold) and its seeds (test top-1):", "", sr.search_table(arms), "",
         common.acceptance_table(d["acceptance"]), ""] + _notes(d["notes"], skip=("Code version",))
-        + [""] + _code_line(d, rec)
+        + [""] + _code_line(d, rec) + _plan_line(d, study_plan.headline_arms)
         + ["", _hardware(d["hardware"]), ""] + plots)
 
 
@@ -105,5 +118,5 @@ def ablation_results(rec: Records) -> str:
         "Every arm's LR search (validation top-1 of seed 0; the chosen point in bold) and its "
         "seeds (test top-1):", "", sr.search_table(arms), "",
         common.acceptance_table(d["acceptance"]), ""] + _notes(d["notes"], skip=("Code version",))
-        + [""] + _code_line(d, rec)
+        + [""] + _code_line(d, rec) + _plan_line(d, study_plan.ablation_arms)
         + ["", _hardware(d["hardware"]), ""] + plots)

@@ -169,7 +169,8 @@ TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
 # techniques taken further (a stronger label smoothing, a longer warm-up), then together the
 # settings whose arms raised the validation mean over the recipe's, then a longer final
 # polishing after augmentation and the paper's code's schedule tail, and that tail with the
-# stronger label smoothing (both raised the validation mean).
+# stronger label smoothing (both raised the validation mean), then the weight decay of the
+# paper's code.
 RECIPE_TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
     ("label-smoothing-0.2", "the recipe with label smoothing 0.2 (the recipe: 0.1)", "lars",
      ("train.label_smoothing=0.2",), "tuning"),
@@ -193,6 +194,8 @@ RECIPE_TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
     ("label-smoothing-0.2-paper-tail", "the recipe with label smoothing 0.2 and the paper's "
      "code's tail (power 2.2 to end LR 0.02; each raised the validation mean)", "lars",
      ("train.label_smoothing=0.2", "schedule.power=2.2", "schedule.end_lr=0.02"), "tuning"),
+    ("wd-5e-5", "the recipe with the paper's code's weight decay 5e-5 (the recipe: 5e-4)",
+     "lars", ("optim.wd=5e-5",), "tuning"),
 )
 # Settings tried on the LR grid between the recipe's own points (LARS_CS_BETWEEN).
 RECIPE_GRID_BETWEEN: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
