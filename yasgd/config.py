@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, get_type_hints
 import yaml
 
 from yasgd import UsageError
+from yasgd.params import EXCLUDE_1D
 from yasgd.config_checks import (BASIC_DEPTHS, BOTTLENECK_DEPTHS, INT64_MAX, Bool, Check,  # noqa: F401
                                  Float, Int, Line, LossScale, ModelName, Name, OneOf, Seconds,
                                  model_depth)
@@ -102,6 +103,10 @@ class OptimCfg:
     epsilon: float = key(0.0, Float(ge=0.0))  # LARS denominator epsilon
     momentum_correction: bool = key(False, Bool())
     wd_in_denominator: bool = key(True, Bool())
+    # what tensors with ndim <= 1 (BN gamma/beta, biases) are left out of: LARS and weight
+    # decay (every large-batch recipe), weight decay only, or nothing (the LARS rule applied
+    # to every tensor)
+    exclude_1d: str = key("lars_and_wd", OneOf(EXCLUDE_1D))
     fused: bool = key(True, Bool())          # batched-norm fused path (False: per-layer reference path)
     multi_precision: bool = key(False, Bool())
 

@@ -11,10 +11,24 @@ from __future__ import annotations
 
 from typing import Iterable, List, Tuple
 
+#: what ndim <= 1 tensors may be left out of (``optim.exclude_1d``): LARS and weight decay
+#: (the default, as above), weight decay only, or nothing
+EXCLUDE_1D = ("lars_and_wd", "wd", "none")
+
 
 def is_lars_param(shape: Tuple[int, ...]) -> bool:
     """True for weights that get LARS and weight decay (ndim >= 2)."""
     return len(shape) >= 2
+
+
+def gets_lars(shape: Tuple[int, ...], exclude_1d: str = "lars_and_wd") -> bool:
+    """Whether a tensor of this shape gets the LARS trust ratio under ``exclude_1d``."""
+    return is_lars_param(shape) or exclude_1d != "lars_and_wd"
+
+
+def gets_wd(shape: Tuple[int, ...], exclude_1d: str = "lars_and_wd") -> bool:
+    """Whether a tensor of this shape gets weight decay under ``exclude_1d``."""
+    return is_lars_param(shape) or exclude_1d == "none"
 
 
 def split_by_structure(params: Iterable) -> Tuple[List, List]:

@@ -124,7 +124,8 @@ def build(cfg, world) -> Setup:
         net.hybridize(static_alloc=True, static_shape=True)
     lars, plain = params.split_by_structure(net.collect_params().values())
     for p in plain:
-        p.wd_mult = 0.0   # no weight decay on ndim <= 1 (BN, bias), by structure
+        if not params.gets_wd(tuple(p.shape), cfg.optim.exclude_1d):
+            p.wd_mult = 0.0   # no weight decay on ndim <= 1 (BN, bias), by structure
     if cfg.train.accumulate > 1:
         for p in lars + plain:
             p.grad_req = "add"

@@ -4,7 +4,8 @@ Reference (You et al. 2017, with the options made explicit), float64:
     g        = rescale * grad
     local_lr = eta * ||w|| / (||g|| + wd_den * ||w|| + eps)   (1 if ||w|| == 0 or ||g|| == 0)
     v        = m_t * v + lr_t * local_lr * (g + wd * w);   w = w - v
-ndim <= 1 tensors: local_lr = 1 and wd = 0. Tolerance: 1e-6 relative on the
+ndim <= 1 tensors: local_lr = 1 and wd = 0 (exclude_1d "lars_and_wd", the default), the
+LARS local_lr and wd = 0 ("wd"), or the rule as for every other tensor ("none"). Tolerance: 1e-6 relative on the
 weights after 20 steps (fp32 arithmetic against float64), and for fp16
 multi_precision on the fp32 master weights. Every test runs on both operator backends
 (yasgd's library and the fallback to MXNet's operators, YASGD_OPS=yasgd|mxnet).
@@ -32,7 +33,8 @@ def ops_backend(request, monkeypatch):
     return request.param
 
 
-def reference(ws, gs_per_step, lr_fn, wd_fn, m, eta, eps, rescale, wd_den, corr):
+def reference(ws, gs_per_step, lr_fn, wd_fn, m, eta, eps, rescale, wd_den, corr,
+              exclude_1d="lars_and_wd"):
     ws = [w.astype(np.float64).copy() for w in ws]
     vs = [np.zeros_like(w) for w in ws]
     last = None
@@ -42,12 +44,12 @@ def reference(ws, gs_per_step, lr_fn, wd_fn, m, eta, eps, rescale, wd_den, corr)
         last = lr
         for i, (w, g) in enumerate(zip(ws, gs)):
             g = rescale * g.astype(np.float64)
-            if w.ndim >= 2:
+            d = wd if w.ndim >= 2 or exclude_1d == "none" else 0.0
+            if w.ndim >= 2 or exclude_1d != "lars_and_wd":
                 wn, gn = np.linalg.norm(w), np.linalg.norm(g)
-                local = eta * wn / (gn + (wd if wd_den else 0.0) * wn + eps) if wn > 0 and gn > 0 else 1.0
-                d = wd
+                local = eta * wn / (gn + (d if wd_den else 0.0) * wn + eps) if wn > 0 and gn > 0 else 1.0
             else:
-                local, d = 1.0, 0.0
+                local = 1.0
             vs[i] = mt * vs[i] + lr * local * (g + d * w)
             ws[i] = w - vs[i]
     return ws
@@ -99,6 +101,35 @@ def test_lars_matches_numpy(setting, fused):
     for i, (a, b) in enumerate(zip(got, ref)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max(),
                                    err_msg=f"tensor {i} shape {SHAPES[i]}")
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "per-layer"])
+@pytest.mark.parametrize("exclude_1d", ["lars_and_wd", "wd", "none"])
+def test_lars_exclude_1d_matches_numpy(exclude_1d, fused):
+    """What ndim <= 1 tensors are left out of, each choice against the reference; a zero 1-D
+    tensor (a BN beta at init) takes local_lr = 1 as any zero tensor does."""
+    ws, gs = make_data(4)
+    ws[2][:] = 0.0
+    lr = WarmupPolySchedule(base_lr=2.0, warmup_steps=5, total_steps=STEPS, power=2.0)
+    wdf = WDSchedule(5e-4, "follow_lr", lr)
+    opt = yasgd.optim.LARS(learning_rate=2.0, momentum=0.9, wd=5e-4, eta=0.005, epsilon=1e-9,
+                           exclude_1d=exclude_1d, fused=fused, lr_scheduler=lr, wd_scheduler=wdf)
+    got, _ = run_yasgd(ws, gs, opt)
+    ref = reference(ws, gs, lr, wdf, 0.9, 0.005, 1e-9, 1.0, True, False, exclude_1d)
+    for i, (a, b) in enumerate(zip(got, ref)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max(),
+                                   err_msg=f"tensor {i} shape {SHAPES[i]}")
+    # the choices differ on the 1-D tensors only (the 2-D ones see the same rule)
+    if exclude_1d != "lars_and_wd":
+        base = reference(ws, gs, lr, wdf, 0.9, 0.005, 1e-9, 1.0, True, False)
+        for i, s in enumerate(SHAPES):
+            same = np.allclose(base[i], ref[i], rtol=1e-9, atol=0)
+            assert same == (len(s) >= 2), (i, s)
+
+
+def test_lars_exclude_1d_refuses_an_unknown_choice():
+    with pytest.raises(ValueError, match="exclude_1d must be one of lars_and_wd, wd, none"):
+        yasgd.optim.LARS(learning_rate=1.0, exclude_1d="bn")
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "per-layer"])

@@ -143,3 +143,16 @@ def test_resnet50_tensors_are_the_trainable_ones_split_by_structure():
     lars, plain = params.split_by_structure(plist)
     assert (len(lars), len(plain)) == (54, 107)
     assert all(p.data().context == mx.cpu() for p in plist)
+
+
+@pytest.mark.parametrize("exclude_1d,lars_1d,wd_1d", [("lars_and_wd", False, False),
+                                                      ("wd", True, False), ("none", True, True)])
+def test_exclude_1d_decides_for_1d_tensors_only(exclude_1d, lars_1d, wd_1d):
+    """ResNet-50's tensors: every conv/dense weight gets LARS and WD whatever the choice; the
+    BN gamma/beta and biases get what ``optim.exclude_1d`` leaves them."""
+    net = model.build("resnet50_v1.5", classes=1000)
+    shapes = [tuple(p.shape) for p in net.collect_params().values() if p.grad_req != "null"]
+    assert {len(s) for s in shapes} == {1, 2, 4}
+    for s in shapes:
+        assert params.gets_lars(s, exclude_1d) == (len(s) >= 2 or lars_1d), s
+        assert params.gets_wd(s, exclude_1d) == (len(s) >= 2 or wd_1d), s

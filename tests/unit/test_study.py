@@ -253,7 +253,9 @@ def test_each_ablation_arm_changes_exactly_its_technique():
                  "paper-tail": {"schedule.power", "schedule.end_lr"},
                  "label-smoothing-0.2-paper-tail": {
                      "train.label_smoothing", "schedule.power", "schedule.end_lr"},
-                 "wd-5e-5": {"optim.wd"}}
+                 "wd-5e-5": {"optim.wd"}, "lars-on-1d": {"optim.exclude_1d"},
+                 "lars-and-wd-on-1d": {"optim.exclude_1d"},
+                 "lars-on-1d-label-smoothing-0.2": {"optim.exclude_1d", "train.label_smoothing"}}
     between = {"grid-between": set(),
                "label-smoothing-0.2-grid-between": {"train.label_smoothing"}}
     assert (set(techniques) | set(tuning) | set(on_recipe) | set(between) | {"paper-settings"}

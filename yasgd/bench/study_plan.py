@@ -170,7 +170,8 @@ TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
 # settings whose arms raised the validation mean over the recipe's, then a longer final
 # polishing after augmentation and the paper's code's schedule tail, and that tail with the
 # stronger label smoothing (both raised the validation mean), then the weight decay of the
-# paper's code.
+# paper's code, then the LARS exclusions: BN gamma/beta and biases in LARS, without and with
+# weight decay, then LARS on them with the stronger label smoothing.
 RECIPE_TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
     ("label-smoothing-0.2", "the recipe with label smoothing 0.2 (the recipe: 0.1)", "lars",
      ("train.label_smoothing=0.2",), "tuning"),
@@ -196,6 +197,13 @@ RECIPE_TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
      ("train.label_smoothing=0.2", "schedule.power=2.2", "schedule.end_lr=0.02"), "tuning"),
     ("wd-5e-5", "the recipe with the paper's code's weight decay 5e-5 (the recipe: 5e-4)",
      "lars", ("optim.wd=5e-5",), "tuning"),
+    ("lars-on-1d", "the recipe with LARS on BN gamma/beta and biases, still without weight "
+     "decay (the recipe: neither)", "lars", ("optim.exclude_1d=wd",), "tuning"),
+    ("lars-and-wd-on-1d", "the recipe with LARS and weight decay on BN gamma/beta and biases "
+     "(the recipe: neither)", "lars", ("optim.exclude_1d=none",), "tuning"),
+    ("lars-on-1d-label-smoothing-0.2", "the recipe with LARS on BN gamma/beta and biases and "
+     "label smoothing 0.2 (each raised the validation mean)", "lars",
+     ("optim.exclude_1d=wd", "train.label_smoothing=0.2"), "tuning"),
 )
 # Settings tried on the LR grid between the recipe's own points (LARS_CS_BETWEEN).
 RECIPE_GRID_BETWEEN: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (

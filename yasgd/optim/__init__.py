@@ -9,7 +9,8 @@ def from_config(optim_cfg, lr_schedule, wd_schedule):
     if o.name == "lars":
         return LARS(learning_rate=o.lr, momentum=o.momentum, wd=o.wd, eta=o.eta,
                     epsilon=o.epsilon, momentum_correction=o.momentum_correction,
-                    wd_in_denominator=o.wd_in_denominator, fused=o.fused,
+                    wd_in_denominator=o.wd_in_denominator, exclude_1d=o.exclude_1d,
+                    fused=o.fused,
                     multi_precision=o.multi_precision, lr_scheduler=lr_schedule,
                     wd_scheduler=wd_schedule)
     cls = mx.optimizer.NAG if o.name == "nag" else mx.optimizer.SGD

@@ -10,9 +10,11 @@ For every layer l with weights w, gradient g (the true global mean gradient:
 Every choice that implementations make differently is an explicit option:
 ``epsilon`` (MXNet 0, MLPerf 1e-9), ``wd_in_denominator`` (the paper: yes),
 ``momentum_correction`` (Goyal et al.: m_t = m * lr_t / lr_{t-1}; MXNet's LARS
-turns it on silently, here it is off unless asked). Parameters with ndim <= 1
-(BN gamma/beta, biases) get plain momentum SGD with neither LARS nor WD,
-selected by shape (yasgd.params), never by name.
+turns it on silently, here it is off unless asked), ``exclude_1d``: what
+parameters with ndim <= 1 (BN gamma/beta, biases), selected by shape
+(yasgd.params), never by name, are left out of: ``"lars_and_wd"`` (default, every
+large-batch recipe: plain momentum SGD, no WD), ``"wd"`` (LARS, no WD) or
+``"none"`` (LARS and WD, the rule applied to every tensor).
 
 Two paths compute the same thing:
 
@@ -36,7 +38,7 @@ from typing import Callable, List, Optional
 import mxnet as mx
 import numpy as np
 
-from yasgd.params import is_lars_param
+from yasgd.params import EXCLUDE_1D, gets_lars, gets_wd
 
 
 @mx.optimizer.register
@@ -44,7 +46,7 @@ class YasgdLARS(mx.optimizer.Optimizer):
     """LARS with momentum; see the module docstring for the rule.
 
     Parameters (all keyword): learning_rate (peak LR, or the schedule's), momentum,
-    wd (beta), eta, epsilon, momentum_correction, wd_in_denominator, fused,
+    wd (beta), eta, epsilon, momentum_correction, wd_in_denominator, exclude_1d, fused,
     multi_precision, lr_scheduler (an mx.lr_scheduler.LRScheduler, e.g.
     yasgd.schedule.WarmupPolySchedule), wd_scheduler (callable num_update -> wd,
     e.g. yasgd.schedule.WDSchedule), rescale_grad.
@@ -52,7 +54,8 @@ class YasgdLARS(mx.optimizer.Optimizer):
 
     def __init__(self, learning_rate: float = 0.1, momentum: float = 0.9, wd: float = 0.0,
                  eta: float = 0.001, epsilon: float = 0.0, momentum_correction: bool = False,
-                 wd_in_denominator: bool = True, fused: bool = True, multi_precision: bool = False,
+                 wd_in_denominator: bool = True, exclude_1d: str = "lars_and_wd",
+                 fused: bool = True, multi_precision: bool = False,
                  lr_scheduler=None, wd_scheduler: Optional[Callable[[float], float]] = None,
                  **kwargs):
         super().__init__(learning_rate=learning_rate, wd=wd, lr_scheduler=lr_scheduler,
@@ -62,6 +65,9 @@ class YasgdLARS(mx.optimizer.Optimizer):
         self.epsilon = float(epsilon)
         self.momentum_correction = bool(momentum_correction)
         self.wd_in_denominator = bool(wd_in_denominator)
+        if exclude_1d not in EXCLUDE_1D:
+            raise ValueError(f"exclude_1d must be one of {', '.join(EXCLUDE_1D)}, got {exclude_1d!r}")
+        self.exclude_1d = exclude_1d
         self.fused = bool(fused)
         self.wd_scheduler = wd_scheduler
         self.aggregate_num = 1 << 30   # gluon.Trainer hands us every parameter in one call
@@ -97,11 +103,12 @@ class YasgdLARS(mx.optimizer.Optimizer):
         mp = [isinstance(s, (tuple, list)) for s in state]
         masters = [s[0] if m else None for s, m in zip(state, mp)]
         moms = [s[1] if m else s for s, m in zip(state, mp)]
-        # Structure decides: ndim >= 2 gets LARS and WD, ndim <= 1 neither.
-        lars = [i for i, w in enumerate(weight) if is_lars_param(w.shape)]
-        plain = [i for i, w in enumerate(weight) if not is_lars_param(w.shape)]
-        for i in plain:
-            wds[i] = 0.0
+        # Structure decides: ndim >= 2 gets LARS and WD, ndim <= 1 what exclude_1d leaves it.
+        lars = [i for i, w in enumerate(weight) if gets_lars(w.shape, self.exclude_1d)]
+        plain = [i for i, w in enumerate(weight) if not gets_lars(w.shape, self.exclude_1d)]
+        for i, w in enumerate(weight):
+            if not gets_wd(w.shape, self.exclude_1d):
+                wds[i] = 0.0
         step = self._fused_step if self.fused else self._per_layer_step
         step(lars, plain, weight, grad, moms, masters, lrs, wds, momentum)
 
