@@ -52,10 +52,6 @@ STOP_FILE_ENV = "YASGD_STOP_FILE"   # yasgd.faults.STOP_FILE_ENV (not imported: 
 
 
 SINGLE_COPY_VAR = "OMPI_MCA_btl_vader_single_copy_mechanism"
-# every rank runs on this host: past argtypes.MAX_PER_CORE a core it is a typo (a cluster
-# job's -np), and the host would be brought down by the ranks' memory before mpirun reported
-# anything
-MAX_RANKS_PER_CORE = argtypes.MAX_PER_CORE
 POLL_S = 0.5          # how often the supervisor looks at mpirun and its ranks
 STUCK_AFTER_S = 30.0  # a launcher with no rank left this long has hung: see _wait
 
@@ -186,9 +182,12 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m yasgd.launch")
     if not command:
         p.error("no command given (put it after --)")
     cores = os.cpu_count() or 1
-    if args.np > MAX_RANKS_PER_CORE * cores:
+    # every rank runs on this host: past argtypes.MAX_PER_CORE a core it is a typo (a cluster
+    # job's -np), and the host would be brought down by the ranks' memory before mpirun
+    # reported anything
+    if args.np > argtypes.MAX_PER_CORE * cores:
         p.error(f"argument -np: {args.np} ranks on this host's {cores} CPU core(s) is more than "
-                f"{MAX_RANKS_PER_CORE} a core; yasgd launch starts every rank here (a job "
+                f"{argtypes.MAX_PER_CORE} a core; yasgd launch starts every rank here (a job "
                 "across hosts: mpirun with a hostfile, docs/cluster.md)")
     env = dict(os.environ)
     # every rank runs on this host: a command it cannot find is one line here, before mpirun

@@ -158,16 +158,16 @@ def test_results_folder_without_a_bench_keeps_its_rows(tmp_path):
     assert "bench-acceptance" in changed and "bench-allreduce" not in changed
 
 
-def test_study_blocks_name_plan_arms_the_tables_lack(tmp_path):
+def test_study_blocks_name_plan_arms_the_tables_lack():
     """An arm the plan has and the recorded tables do not (added after their runs) is named
     under the tables, from the plan itself; a record holding every planned arm names none."""
     from yasgd.bench import report_study, study_plan
     with open(os.path.join(report.DEFAULT_RESULTS, "bench_ablation.json")) as f:
         d = json.load(f)
     planned = study_plan.ablation_arms(study_plan.FULL)
-    by_name = {a.name: a for a in planned}
+    names = {a.name for a in planned}
     # as recorded, minus two planned arms: both named, in the plan's order, and no others
-    gone = [a["arm"] for a in d["setup"]["arms"] if a["arm"] in by_name][-2:]
+    gone = [a["arm"] for a in d["setup"]["arms"] if a["arm"] in names][-2:]
     d["setup"]["arms"] = [a for a in d["setup"]["arms"] if a["arm"] not in gone]
     line = "\n".join(report_study._plan_line(d, study_plan.ablation_arms))
     missing = [a.label for a in planned if a.name not in {x["arm"] for x in d["setup"]["arms"]}]
