@@ -143,7 +143,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
     st = b.add_argument_group("largebatch and ablation (cached training studies)")
     st.add_argument("--jobs", type=argtypes.per_core("runs", 1), default=None,
-                    help="runs side by side, one process each (default 2; at most one a core)")
+                    help="runs side by side, one process each (default 2, at most one a "
+                         "core)")
     st.add_argument("--arms", default=None, help="comma-separated arm names (default: all)")
     st.add_argument("--max-runs", type=argtypes.integer(0, "runs"), default=None, metavar="N",
                     help="start at most N runs in this sitting")

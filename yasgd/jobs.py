@@ -32,6 +32,7 @@ import sys
 from typing import List, Optional, Sequence
 
 from yasgd import UsageError
+from yasgd.argtypes import YEAR_S
 from yasgd.writable import file_problem
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -123,6 +124,10 @@ def _directive_name(scheduler: str, option: str, value: Optional[str]) -> Option
     return value
 
 
+# no scheduler queue grants a job more (ABCI's longest: 168 hours); a typo stops here
+MAX_WALLTIME_S = YEAR_S
+
+
 def parse_walltime(text: str) -> int:
     """``H:MM:SS``, ``H:MM`` or minutes -> seconds."""
     m = re.fullmatch(r"(\d+):([0-5]\d):([0-5]\d)", text) or re.fullmatch(r"(\d+):([0-5]\d)", text)
@@ -197,6 +202,12 @@ def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, conf
     seconds = parse_walltime(walltime) if walltime is not None else default_walltime(cfg, ranks)
     if seconds <= 0:
         raise UsageError(f"--walltime must be positive, got {walltime!r}")
+    if seconds > MAX_WALLTIME_S:
+        limit = format_walltime(MAX_WALLTIME_S)
+        raise UsageError(f"--walltime must be at most a year ({limit}), got {walltime!r}"
+                         if walltime is not None else
+                         f"the run's estimated walltime {format_walltime(seconds)} is more than "
+                         f"a year ({limit}): fewer epochs, more --nodes, or --walltime")
     wt = format_walltime(seconds)
     queue = queue or DEFAULT_QUEUE[scheduler]
     if scheduler == "uge" and gpn != 4:  # after every check: an error stays one line

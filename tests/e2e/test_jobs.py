@@ -184,7 +184,8 @@ def test_render_fills_directives_and_validates(tmp_path):
         first_cmd = min(i for i, l in enumerate(text.splitlines()) if l and not l.startswith("#"))
         assert all(i < first_cmd for i, l in enumerate(text.splitlines()) if l.startswith(tag + " "))
     bad = [dict(nodes=0), dict(nodes=3, overrides=[]), dict(gpus_per_node=0),
-           dict(walltime="1h"), dict(walltime=""), dict(walltime="1:61:00"), dict(group="a;b"), dict(config="missing.yaml"),
+           dict(walltime="1h"), dict(walltime=""), dict(walltime="1:61:00"),
+           dict(walltime="8761:00:00"), dict(walltime="100000:00"), dict(group="a;b"), dict(config="missing.yaml"),
            dict(overrides=["train.nope=1"])]
     for kw in bad:
         args = dict(scheduler="pbs", nodes=1, config=CONFIG)

@@ -132,6 +132,35 @@ def test_im2rec_bad_arguments(conv, tmp_path):
         assert len(errors(p)) == 1 and "argument --threads: " in errors(p)[0], p.stderr
     with pytest.raises(UsageError, match="--quality must be 1..100"):  # the library checks too
         im2rec.convert(src, str(tmp_path / "o"), quality=0, progress=False)
+    most = 8 * (os.cpu_count() or 1)
+    for workers in (0, most + 1):
+        with pytest.raises(UsageError, match=fr"--workers must be in \[1, {most}\] \(8 per CPU "
+                                             fr"core\), got {workers}$"):
+            im2rec.convert(src, str(tmp_path / "o"), workers=workers, progress=False)
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_im2rec_resize_past_what_opencv_decodes(conv, tmp_path):
+    """--resize beyond a square image of MAX_PIXELS is one error line before any work; an
+    image whose aspect ratio would take it past MAX_PIXELS, or a side past JPEG's 65,535, at
+    a legal --resize is skipped with its reason, before anything is allocated for it."""
+    assert im2rec.MAX_RESIZE ** 2 <= im2rec.MAX_PIXELS < (im2rec.MAX_RESIZE + 1) ** 2
+    for value in (im2rec.MAX_RESIZE + 1, 100000):
+        assert_usage_error(yasgd("data", "im2rec", conv[0], tmp_path / "o", "--resize", value),
+                           "--resize must be in [0, 32768]", str(value))
+    assert not os.path.exists(tmp_path / "o")
+    thin = str(tmp_path / "thin.png")
+    assert cv2.imwrite(thin, np.full((1, 40000, 3), 128, np.uint8))
+    payload, why = im2rec._encode((thin, im2rec.MAX_RESIZE, 90))
+    assert payload is None
+    assert why == ("resized from 40000x1 to 1310720000x32768 it would have more than "
+                   "1,073,741,824 pixels, the most OpenCV decodes")
+    payload, why = im2rec._encode((thin, 2, 90))
+    assert payload is None
+    assert why == ("resized from 40000x1 to 80000x2 it would have a side longer than 65,535 "
+                   "pixels, the most a JPEG holds")
+    payload, why = im2rec._encode((thin, 1, 90))    # within both limits: re-encoded as it is
+    assert why == "" and cv2.imdecode(np.frombuffer(payload, np.uint8), 1).shape == (1, 40000, 3)
 
 
 def test_im2rec_bad_paths(conv, tmp_path):

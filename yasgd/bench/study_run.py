@@ -26,6 +26,14 @@ class Interrupted(KeyboardInterrupt):
     pass
 
 
+DEFAULT_JOBS = 2
+
+
+def default_jobs() -> int:
+    """``--jobs`` when not given: two runs side by side, never more than a run a core."""
+    return max(1, min(DEFAULT_JOBS, os.cpu_count() or 1))
+
+
 def threads_per_job(jobs: int) -> int:
     return max(1, (os.cpu_count() or 2) // max(1, jobs))
 

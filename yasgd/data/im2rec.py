@@ -27,11 +27,12 @@ and renamed at the end, so an interrupted conversion leaves no half-written
 file in its place, or a folder that cannot be created or written, is an error.
 
 Bad images are skipped, not fatal: an image file that is empty, unreadable or
-does not decode with OpenCV gets one ``yasgd: warning:`` line naming it and no
-record, and the JSON summary counts the skips of each split (``"skipped"``, the
-first ten in ``"skipped_files"``) and in total. A conversion of 1.28 M photos
-should survive a few broken files and say which they were, rather than stop
-after hours. It is an error only when a class folder of ``train`` loses every
+does not decode with OpenCV, or that resized would hold more pixels than OpenCV
+decodes or a side longer than a JPEG holds, gets one ``yasgd: warning:`` line
+naming it and no record, and the JSON summary counts the skips of each split
+(``"skipped"``, the first ten in ``"skipped_files"``) and in total. A conversion
+of 1.28 M photos should survive a few broken files and say which they were,
+rather than stop after hours. It is an error only when a class folder of ``train`` loses every
 image (its class would have no record), or a split every image.
 
 Each split also gets a digest file ``<split>.digests`` (the SHA-256 of every record, for
@@ -40,7 +41,9 @@ Each split also gets a digest file ``<split>.digests`` (the SHA-256 of every rec
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import re
 import tempfile
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -48,6 +51,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from yasgd import UsageError
+from yasgd.argtypes import MAX_PER_CORE
 from yasgd.writable import entry_problem, nearest_existing
 from yasgd.data.verify import (  # noqa: F401 -- verify and its findings: re-exported
     DIGEST_HEADER, DamagedRecords, read_digests, verify, verify_records)
@@ -109,6 +113,14 @@ def list_images(src: str) -> Tuple[List[str], Dict[str, List[Tuple[str, int]]]]:
     return classes, items
 
 
+# OpenCV refuses to decode an image of more pixels than this (CV_IO_MAX_IMAGE_PIXELS, its
+# default), and the training loader decodes with OpenCV: a larger record could not be read.
+MAX_PIXELS = 1 << 30
+# the largest --resize at which a square image stays within MAX_PIXELS
+MAX_RESIZE = math.isqrt(MAX_PIXELS)
+JPEG_MAX_SIDE = 65535       # a JPEG's width and height are 16-bit fields
+
+
 # -- one image (runs in a worker process) -------------------------------------------
 def _encode(job: Tuple[str, int, int]) -> Tuple[Optional[bytes], str]:
     """(JPEG bytes, "") or (None, why the image is skipped)."""
@@ -135,12 +147,31 @@ def _encode(job: Tuple[str, int, int]) -> Tuple[Optional[bytes], str]:
         if short != resize:
             nh, nw = (resize, max(1, round(w * resize / h))) if h <= w else \
                      (max(1, round(h * resize / w)), resize)
+            if nh * nw > MAX_PIXELS:
+                return None, (f"resized from {w}x{h} to {nw}x{nh} it would have more than "
+                              f"{MAX_PIXELS:,} pixels, the most OpenCV decodes")
+            if max(nh, nw) > JPEG_MAX_SIDE:
+                return None, (f"resized from {w}x{h} to {nw}x{nh} it would have a side longer "
+                              f"than {JPEG_MAX_SIDE:,} pixels, the most a JPEG holds")
             interp = cv2.INTER_AREA if resize < short else cv2.INTER_LINEAR
-            img = cv2.resize(img, (nw, nh), interpolation=interp)
-    ok, buf = cv2.imencode(".jpg", img, [int(cv2.IMWRITE_JPEG_QUALITY), int(quality)])
+            try:
+                img = cv2.resize(img, (nw, nh), interpolation=interp)
+            except cv2.error as e:
+                return None, f"resizing it from {w}x{h} to {nw}x{nh} failed ({_cv_reason(e)})"
+    try:
+        ok, buf = cv2.imencode(".jpg", img, [int(cv2.IMWRITE_JPEG_QUALITY), int(quality)])
+    except cv2.error as e:
+        return None, f"it cannot be re-encoded as JPEG ({_cv_reason(e)})"
     if not ok:
         return None, "it cannot be re-encoded as JPEG"
     return buf.tobytes(), ""
+
+
+def _cv_reason(e: Exception) -> str:
+    """The message of an OpenCV error, without its source location."""
+    text = str(e).strip()
+    m = re.search(r"error: \(-?\d+:([^)]*)\)\s*(.*?)(?: in function|$)", text, re.S)
+    return " ".join((m.group(1) + ": " + m.group(2)) if m else text.split("\n")[-1]).strip()
 
 
 def _init_worker() -> None:
@@ -250,12 +281,16 @@ def _make_dst(dst: str) -> None:
 def convert(src: str, dst: str, resize: int = 256, quality: int = 95, workers: int = 2,
             verify: bool = False, progress: bool = True) -> dict:
     """Convert ``src`` (ImageNet layout) into ``dst``; returns a JSON-able summary."""
-    if resize < 0:
-        raise UsageError(f"im2rec: --resize must be >= 0, got {resize}")
+    if not 0 <= resize <= MAX_RESIZE:
+        raise UsageError(f"im2rec: --resize must be in [0, {MAX_RESIZE}] pixels (a square image "
+                         f"of more than {MAX_PIXELS:,} pixels is more than OpenCV decodes), "
+                         f"got {resize}")
     if not 1 <= quality <= 100:
         raise UsageError(f"im2rec: --quality must be 1..100, got {quality}")
-    if workers < 1:
-        raise UsageError(f"im2rec: --workers must be >= 1, got {workers}")
+    most = MAX_PER_CORE * (os.cpu_count() or 1)
+    if not 1 <= workers <= most:
+        raise UsageError(f"im2rec: --workers must be in [1, {most}] ({MAX_PER_CORE} per CPU "
+                         f"core), got {workers}")
     t0 = time.time()
     _check_dst(dst)
     classes, items = list_images(src)
