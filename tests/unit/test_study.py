@@ -8,6 +8,7 @@ source files of this package.
 """
 import hashlib
 import math
+import os
 
 import pytest
 
@@ -255,7 +256,12 @@ def test_each_ablation_arm_changes_exactly_its_technique():
                      "train.label_smoothing", "schedule.power", "schedule.end_lr"},
                  "wd-5e-5": {"optim.wd"}, "lars-on-1d": {"optim.exclude_1d"},
                  "lars-and-wd-on-1d": {"optim.exclude_1d"},
-                 "lars-on-1d-label-smoothing-0.2": {"optim.exclude_1d", "train.label_smoothing"}}
+                 "lars-on-1d-label-smoothing-0.2": {"optim.exclude_1d", "train.label_smoothing"},
+                 "bn-batch-128": {"train.batch_per_rank", "train.accumulate"},
+                 "precise-bn": {"train.bn_recalibrate_batches"},
+                 "bn-batch-2048": {"train.batch_per_rank", "train.accumulate"},
+                 "label-smoothing-0.2-warmup-8": {"train.label_smoothing",
+                                                  "schedule.warmup_epochs"}}
     between = {"grid-between": set(),
                "label-smoothing-0.2-grid-between": {"train.label_smoothing"}}
     assert (set(techniques) | set(tuning) | set(on_recipe) | set(between) | {"paper-settings"}
@@ -407,3 +413,12 @@ def test_a_study_table_names_the_machines_its_runs_trained_on():
                            "not recorded (1 run). Table built on: " + here), line
     # without runs_on the line describes the one machine that measured the table
     assert machine.hardware_line(machine.hardware()).startswith("Hardware: " + here)
+
+
+@pytest.mark.parametrize("cores,jobs", [(1, 1), (2, 2), (64, 2), (None, 1)])
+def test_default_jobs_never_more_than_a_run_a_core(monkeypatch, cores, jobs):
+    """Without --jobs, two runs side by side, but one on a 1-core host (where a typed
+    ``--jobs 2`` is refused) and one where the core count is unknown."""
+    from yasgd.bench import study_run
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert study_run.default_jobs() == jobs

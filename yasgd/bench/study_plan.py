@@ -10,9 +10,11 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
-from yasgd.bench.study import BASELINE_BATCH, Arm, Run, geometry
+from yasgd.bench.study import BASELINE_BATCH, MICRO, Arm, Run, geometry
 
 R2 = math.sqrt(2)
+PRECISE_BN_IMAGES = 8192    # precise BN's sample count in mmpretrain's configs (PreciseBNHook)
+BN_MICRO_BATCHES = (128, 2048)  # the micro-batches (BN's batch) the BN-batch arms try
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,10 @@ TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
 # polishing after augmentation and the paper's code's schedule tail, and that tail with the
 # stronger label smoothing (both raised the validation mean), then the weight decay of the
 # paper's code, then the LARS exclusions: BN gamma/beta and biases in LARS, without and with
-# weight decay, then LARS on them with the stronger label smoothing.
+# weight decay, then LARS on them with the stronger label smoothing, then BN statistics over
+# smaller micro-batches (closer to the paper's 40 images a GPU), BN statistics re-estimated
+# before evaluation, and BN statistics over larger micro-batches, then the stronger label
+# smoothing with the longer warm-up.
 RECIPE_TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
     ("label-smoothing-0.2", "the recipe with label smoothing 0.2 (the recipe: 0.1)", "lars",
      ("train.label_smoothing=0.2",), "tuning"),
@@ -204,6 +209,18 @@ RECIPE_TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
     ("lars-on-1d-label-smoothing-0.2", "the recipe with LARS on BN gamma/beta and biases and "
      "label smoothing 0.2 (each raised the validation mean)", "lars",
      ("optim.exclude_1d=wd", "train.label_smoothing=0.2"), "tuning"),
+    ("bn-batch-128", "the recipe with BN statistics over micro-batches of 128 (the recipe: "
+     "512; the paper: 40 images a GPU)", "lars",
+     ("train.batch_per_rank=128", "train.accumulate={accumulate[128]}"), "tuning"),
+    ("precise-bn", "the recipe with BN statistics re-estimated on 8,192 training images before "
+     "every evaluation (precise BN; the recipe: the moving averages)", "lars",
+     ("train.bn_recalibrate_batches={precise}",), "tuning"),
+    ("bn-batch-2048", "the recipe with BN statistics over micro-batches of 2,048 (the recipe: "
+     "512; 128 lowered the validation mean)", "lars",
+     ("train.batch_per_rank=2048", "train.accumulate={accumulate[2048]}"), "tuning"),
+    ("label-smoothing-0.2-warmup-8", "the recipe with label smoothing 0.2 and warm-up 8 of 40 "
+     "epochs (each raised the validation mean)", "lars",
+     ("train.label_smoothing=0.2", "schedule.warmup_epochs=8"), "tuning"),
 )
 # Settings tried on the LR grid between the recipe's own points (LARS_CS_BETWEEN).
 RECIPE_GRID_BETWEEN: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
@@ -228,7 +245,10 @@ def ablation_arms(scale: Scale) -> List[Arm]:
         for name, label, opt, extra, kind in family:
             if scale.name == "quick" and name not in QUICK_TECHNIQUES:
                 continue
-            extra = tuple(x.format(polish=scale.polish_epochs) for x in extra)
+            extra = tuple(x.format(polish=scale.polish_epochs,
+                                   accumulate={m: b // min(b, m) for m in BN_MICRO_BATCHES},
+                                   precise=max(1, PRECISE_BN_IMAGES // min(b, MICRO)))
+                          for x in extra)
             arms.append(Arm(name, label, b, opt, SGD_BASES if opt == "sgd" else cs,
                             base + extra, scale.seeds, kind))
     return arms
