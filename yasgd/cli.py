@@ -63,6 +63,14 @@ def _host_device() -> str:
     return "gpu" if listed_gpus() > 0 else "cpu"
 
 
+def _path(text: str) -> str:
+    """A file or folder argument: any path but the empty one, which some calls would read as
+    the current folder and others as no path at all."""
+    if not text:
+        raise argparse.ArgumentTypeError("must be a path, got ''")
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="yasgd", description=DESCRIPTION, epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,11 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="command")
 
     t = sub.add_parser("train", help="train from a YAML config (1 rank, or N under mpirun/horovodrun)")
-    t.add_argument("config", help="YAML config file (see examples/configs/)")
+    t.add_argument("config", type=_path, help="YAML config file (see examples/configs/)")
     t.add_argument("overrides", nargs="*", metavar=OVERRIDES)
 
     c = sub.add_parser("check-config", help="load and validate a config for a world size, print it resolved")
-    c.add_argument("config")
+    c.add_argument("config", type=_path)
     c.add_argument("overrides", nargs="*", metavar=OVERRIDES)
     c.add_argument("--world-size", type=argtypes.integer(1), default=1, help="ranks (>= 1)")
     c.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
@@ -89,8 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("data", help="dataset tools")
     dsub = d.add_subparsers(dest="data_command", required=True)
     r = dsub.add_parser("im2rec", help="ImageNet-layout folder -> train/val RecordIO")
-    r.add_argument("src", help="folder with train/<class>/*.JPEG and val/<class>/*.JPEG")
-    r.add_argument("dst", help="output folder for train/val .rec/.idx/.digests, classes.txt")
+    r.add_argument("src", type=_path,
+                   help="folder with train/<class>/*.JPEG and val/<class>/*.JPEG")
+    r.add_argument("dst", type=_path,
+                   help="output folder for train/val .rec/.idx/.digests, classes.txt")
     r.add_argument("--resize", type=argtypes.integer(0, "pixels"), default=256,
                    help="shorter side in pixels (0 = keep)")
     r.add_argument("--quality", type=argtypes.integer(1, hi=100), default=95, help="JPEG quality 1..100")
@@ -99,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--verify", action="store_true", help="read every record back")
     r.add_argument("--no-progress", action="store_true")
     v = dsub.add_parser("verify", help="check every record of a .rec/.idx pair (exit 1: damaged)")
-    v.add_argument("prefix", help="path without extension, e.g. data/train")
+    v.add_argument("prefix", type=_path, help="path without extension, e.g. data/train")
     v.add_argument("--headers-only", action="store_true",
                    help="fast: record framing and header only (no digest, no decode)")
     v.add_argument("--threads", type=argtypes.per_core("threads"), default=2,
@@ -112,11 +122,12 @@ def _parser() -> argparse.ArgumentParser:
         jr.add_argument("--scheduler", choices=("pbs", "uge", "slurm"), required=True)
         jr.add_argument("--nodes", type=int, required=True)
         jr.add_argument("--gpus-per-node", type=int, default=None)
-        jr.add_argument("--config", required=True)
+        jr.add_argument("--config", type=_path, required=True)
         jr.add_argument("--walltime", default=None)
         jr.add_argument("--group", default=None)
         jr.add_argument("--queue", default=None)
-        jr.add_argument("--output", "-o", default=None, help="write the script here (default: stdout)")
+        jr.add_argument("--output", "-o", type=_path, default=None,
+                        help="write the script here (default: stdout)")
         jr.add_argument("--dry-run", action="store_true", help="print what would be submitted")
         jr.add_argument("overrides", nargs="*", metavar=OVERRIDES)
 
@@ -130,16 +141,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="per-GPU compute throughput (default: the preset's)")
     s.add_argument("--budget-bytes", type=argtypes.integer(1), default=None,
                    help="allreduce group budget")
-    s.add_argument("--plot", default=None, help="write a PNG of efficiency against GPUs and budget "
-                   "(a directory: DIR/simulate.png)")
-    s.add_argument("--json", default=None, help="write the prediction as JSON "
+    s.add_argument("--plot", type=_path, default=None,
+                   help="write a PNG of efficiency against GPUs and budget "
+                        "(a directory: DIR/simulate.png)")
+    s.add_argument("--json", type=_path, default=None, help="write the prediction as JSON "
                    "(a directory: DIR/simulate.json)")
     s.add_argument("--validate", action="store_true", help="print the model against every "
                    "published run it is tested on (no other argument)")
 
     b = sub.add_parser("bench", help="benchmarks (make bench-*)")
     b.add_argument("name", choices=BENCHES)
-    b.add_argument("--out", default="results", help="results directory")
+    b.add_argument("--out", type=_path, default="results", help="results directory")
     b.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
     st = b.add_argument_group("largebatch and ablation (cached training studies)")
     st.add_argument("--jobs", type=argtypes.per_core("runs", 1), default=None,
@@ -150,7 +162,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="start at most N runs in this sitting")
     st.add_argument("--stop-after", type=argtypes.positive("minutes", hi=argtypes.YEAR_S // 60), default=None,
                     metavar="MIN", help="start no run after MIN minutes (runs in flight finish)")
-    st.add_argument("--cache", default=None, help="result cache folder (default OUT/runs_cache)")
+    st.add_argument("--cache", type=_path, default=None,
+                    help="result cache folder (default OUT/runs_cache)")
 
     pf = sub.add_parser("preflight", help="check every rank's node before training (GPUs, MXNet "
                         "kernels, Horovod allreduce); run under the job's launcher")
@@ -159,8 +172,8 @@ def _parser() -> argparse.ArgumentParser:
                          "seconds (default: 120)")
 
     pv = sub.add_parser("provenance", help="write provenance.json (environment, versions, git, hosts)")
-    pv.add_argument("run_dir")
-    pv.add_argument("--hostfile", default=None)
+    pv.add_argument("run_dir", type=_path)
+    pv.add_argument("--hostfile", type=_path, default=None)
     return p
 
 

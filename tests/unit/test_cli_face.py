@@ -157,3 +157,34 @@ def test_missing_config_names_only_the_config(command):
     assert rc == 2 and out == ""
     assert err == (f"yasgd: error: {command}: the following arguments are required: config "
                    f"(see yasgd {command} --help)\n")
+
+
+CONFIG = os.path.join(ROOT, "examples", "configs", "demo.yaml")
+
+
+@pytest.mark.parametrize("args,argument", [
+    (["train", ""], "train: argument config"),
+    (["check-config", ""], "check-config: argument config"),
+    (["data", "im2rec", "", "out"], "data im2rec: argument src"),
+    (["data", "im2rec", "src", ""], "data im2rec: argument dst"),
+    (["data", "verify", ""], "data verify: argument prefix"),
+    (["jobs", "render", "--scheduler", "pbs", "--nodes", "1", "--config", ""],
+     "jobs render: argument --config"),
+    (["jobs", "render", "--scheduler", "pbs", "--nodes", "1", "--config", CONFIG, "-o", ""],
+     "jobs render: argument --output/-o"),
+    (["simulate", "--json", ""], "simulate: argument --json"),
+    (["simulate", "--plot", ""], "simulate: argument --plot"),
+    (["bench", "optimizer", "--out", ""], "bench: argument --out"),
+    (["bench", "ablation", "--max-runs", "0", "--out", "out", "--cache", ""],
+     "bench: argument --cache"),
+    (["provenance", ""], "provenance: argument run_dir"),
+    (["provenance", "out", "--hostfile", ""], "provenance: argument --hostfile"),
+])
+def test_an_empty_path_is_one_line_and_writes_nothing(tmp_path, args, argument):
+    """An empty path is refused where it is parsed: read as the current folder it would put
+    a cache or a results folder's files where the command was run."""
+    p = subprocess.run([YASGD, *args], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout)
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith(f"yasgd: error: {argument}: must be a path, got ''"), p.stderr
+    assert list(tmp_path.iterdir()) == []
