@@ -163,6 +163,13 @@ def test_im2rec_resize_past_what_opencv_decodes(conv, tmp_path):
     assert why == "" and cv2.imdecode(np.frombuffer(payload, np.uint8), 1).shape == (1, 40000, 3)
 
 
+def test_an_opencv_error_is_named_without_its_source_location():
+    """The reason a skipped image gives for an OpenCV error: its kind and message, one line."""
+    with pytest.raises(cv2.error) as e:
+        cv2.resize(np.zeros((0, 0, 3), np.uint8), (1, 1))
+    assert im2rec._cv_reason(e.value) == "Assertion failed: !ssize.empty()"
+
+
 def test_im2rec_bad_paths(conv, tmp_path):
     src = conv[0]
     afile = tmp_path / "afile"

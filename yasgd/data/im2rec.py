@@ -171,7 +171,7 @@ def _cv_reason(e: Exception) -> str:
     """The message of an OpenCV error, without its source location."""
     text = str(e).strip()
     m = re.search(r"error: \(-?\d+:([^)]*)\)\s*(.*?)(?: in function|$)", text, re.S)
-    return " ".join((m.group(1) + ": " + m.group(2)) if m else text.split("\n")[-1]).strip()
+    return " ".join((f"{m.group(1)}: {m.group(2)}" if m else text.split("\n")[-1]).split())
 
 
 def _init_worker() -> None:
