@@ -14,7 +14,6 @@ from yasgd.bench.study import BASELINE_BATCH, MICRO, Arm, Run, geometry
 
 R2 = math.sqrt(2)
 PRECISE_BN_IMAGES = 8192    # precise BN's sample count in mmpretrain's configs (PreciseBNHook)
-BN_MICRO_BATCHES = (128, 2048)  # the micro-batches (BN's batch) the BN-batch arms try
 
 
 @dataclass(frozen=True)
@@ -167,6 +166,25 @@ TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
 )
 
 
+def _bn_batch_arm(micro: int, why: str) -> Tuple[str, str, str, Tuple[str, ...], str]:
+    """A tuning arm: the recipe's step accumulated from micro-batches of ``micro`` images, so
+    that BN's statistics are over ``micro`` (``{accumulate[micro]}``: filled in per batch)."""
+    return (f"bn-batch-{micro}", f"the recipe with BN statistics over micro-batches of "
+            f"{micro:,} (the recipe: {MICRO}; {why})", "lars",
+            (f"train.batch_per_rank={micro}", f"train.accumulate={{accumulate[{micro}]}}"),
+            "tuning")
+
+
+class _Accumulate:
+    """``{accumulate[m]}`` in an arm's overrides: micro-batches of ``m`` in a step of ``batch``."""
+
+    def __init__(self, batch: int):
+        self.batch = batch
+
+    def __getitem__(self, micro: int) -> int:
+        return self.batch // min(self.batch, micro)
+
+
 # Settings tried on top of the recipe as shipped (on its grid): each of the recipe's
 # techniques taken further (a stronger label smoothing, a longer warm-up), then together the
 # settings whose arms raised the validation mean over the recipe's, then a longer final
@@ -209,15 +227,11 @@ RECIPE_TUNING: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
     ("lars-on-1d-label-smoothing-0.2", "the recipe with LARS on BN gamma/beta and biases and "
      "label smoothing 0.2 (each raised the validation mean)", "lars",
      ("optim.exclude_1d=wd", "train.label_smoothing=0.2"), "tuning"),
-    ("bn-batch-128", "the recipe with BN statistics over micro-batches of 128 (the recipe: "
-     "512; the paper: 40 images a GPU)", "lars",
-     ("train.batch_per_rank=128", "train.accumulate={accumulate[128]}"), "tuning"),
+    _bn_batch_arm(128, "the paper: 40 images a GPU"),
     ("precise-bn", "the recipe with BN statistics re-estimated on 8,192 training images before "
      "every evaluation (precise BN; the recipe: the moving averages)", "lars",
      ("train.bn_recalibrate_batches={precise}",), "tuning"),
-    ("bn-batch-2048", "the recipe with BN statistics over micro-batches of 2,048 (the recipe: "
-     "512; 128 lowered the validation mean)", "lars",
-     ("train.batch_per_rank=2048", "train.accumulate={accumulate[2048]}"), "tuning"),
+    _bn_batch_arm(2048, "128 lowered the validation mean"),
     ("label-smoothing-0.2-warmup-8", "the recipe with label smoothing 0.2 and warm-up 8 of 40 "
      "epochs (each raised the validation mean)", "lars",
      ("train.label_smoothing=0.2", "schedule.warmup_epochs=8"), "tuning"),
@@ -246,7 +260,7 @@ def ablation_arms(scale: Scale) -> List[Arm]:
             if scale.name == "quick" and name not in QUICK_TECHNIQUES:
                 continue
             extra = tuple(x.format(polish=scale.polish_epochs,
-                                   accumulate={m: b // min(b, m) for m in BN_MICRO_BATCHES},
+                                   accumulate=_Accumulate(b),
                                    precise=max(1, PRECISE_BN_IMAGES // min(b, MICRO)))
                           for x in extra)
             arms.append(Arm(name, label, b, opt, SGD_BASES if opt == "sgd" else cs,
