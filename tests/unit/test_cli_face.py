@@ -89,6 +89,10 @@ def test_launch_argument_errors_are_one_line(name, args, message):
     (["ablation", "--arms", ","], "--arms: an empty arm name in ','"),
     (["largebatch", "--arms", "baseline,,lars-8k"], "--arms: an empty arm name in"),
     (["ablation", "--arms", ""], "--arms: an empty arm name in ''"),
+    # the same arm twice would be two rows of one arm in the table
+    (["largebatch", "--arms", "baseline,lars-8k,baseline"],
+     "--arms: baseline named more than once in 'baseline,lars-8k,baseline'"),
+    (["ablation", "--arms", "no-warmup, no-warmup"], "--arms: no-warmup named more than once"),
     # a folder no directory can be made in (procfs: the permission bits pass for root)
     (["ablation", "--cache", "/proc/yasgd-none"], "bench --cache /proc/yasgd-none must be a "
                                                   "writable directory"),

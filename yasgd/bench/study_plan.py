@@ -282,12 +282,17 @@ def overrides(scale: Scale, run: Run, run_dir: str) -> List[str]:
 
 def arm_names(text: str) -> List[str]:
     """The names of ``--arms`` (comma-separated); UsageError for an empty one, so that a
-    stray comma never widens the selection to every arm."""
+    stray comma never widens the selection to every arm, and for one named twice, which
+    would put the same arm in the table twice."""
+    from yasgd import UsageError
     names = [n.strip() for n in text.split(",")]
     if not all(names):
-        from yasgd import UsageError
         raise UsageError(f"--arms: an empty arm name in {text!r} (comma-separated arm names; "
                          f"leave --arms out for every arm)")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UsageError(f"--arms: {', '.join(twice)} named more than once in {text!r} "
+                         f"(name each arm once)")
     return names
 
 
