@@ -177,3 +177,66 @@ def test_study_blocks_name_plan_arms_the_tables_lack():
     d["setup"]["arms"] += [{"arm": a.name} for a in planned
                            if a.name not in {x["arm"] for x in d["setup"]["arms"]}]
     assert report_study._plan_line(d, study_plan.ablation_arms) == []
+
+
+#: The shape of a real ``make test`` log: the install's output (with this machine's paths),
+#: the Makefile's pytest commands, progress dots, a warning, pytest's last line of each run
+#: (under mpirun one per rank, after the launcher echoed the command too) and, here, a failure.
+MAKE_TEST_LOG = """\
+make[1]: Entering directory '/srv/yasgd'
+jobs/install.sh: /srv/yasgd/.venv ready (mxnet 1.9.1, horovod 0.28.1)
+OMP_NUM_THREADS=2 .venv/bin/python -m pytest -q -p no:cacheprovider tests/unit
+........................................................................ [ 99%]
+1357 passed, 1 skipped in 173.59s (0:02:53)
+.venv/bin/python -m yasgd.launch -np 2 .venv/bin/python -m pytest -q -p no:cacheprovider tests/multiproc
+mpirun -np 2 --oversubscribe .venv/bin/python -m pytest -q -p no:cacheprovider tests/multiproc
+26 passed in 30.10s
+26 passed in 30.12s
+.venv/bin/python -m pytest -q -p no:cacheprovider tests/e2e
+/srv/yasgd/tests/e2e/conftest.py:12: UserWarning: something
+============ 1 failed, 139 passed, 1 skipped in 399.13s (0:06:39) =============
+make[1]: *** [Makefile:39: test-e2e] Error 1
+"""
+
+
+def test_make_test_record_keeps_each_suite_and_how_it_ended(tmp_path):
+    """``report --make-test-log LOG``: the record holds each suite, pytest's last line of each
+    run and make's error, none of the machine's paths; it parses to the same record again,
+    and the README block is a row per suite."""
+    from yasgd.bench import report_bench
+    log = tmp_path / "make_test.out"
+    log.write_text(MAKE_TEST_LOG)
+    results = tmp_path / "results"
+    results.mkdir()
+    # the function behind --make-test-log, which then rewrites this checkout's documents
+    assert report.record_make_test(str(log), str(results)) == str(results / "make_test.log")
+    kept = (results / "make_test.log").read_text()
+    assert kept.splitlines() == [
+        "pytest tests/unit", "1357 passed, 1 skipped in 173.59s (0:02:53)",
+        "pytest tests/multiproc", "26 passed in 30.10s", "26 passed in 30.12s",
+        "pytest tests/e2e", "1 failed, 139 passed, 1 skipped in 399.13s (0:06:39)",
+        "make[1]: *** [Makefile:39: test-e2e] Error 1"]
+    assert "/srv" not in kept
+    assert report_bench.make_test_lines(kept) == kept.splitlines()
+    block = report_bench.make_test(report.Records(str(results)))
+    assert "| `tests/unit` | 1357 passed, 1 skipped in 173.59s (0:02:53) |" in block
+    assert "| `tests/multiproc` | 26 passed in 30.10s; 26 passed in 30.12s |" in block
+    assert "| `tests/e2e` | 1 failed, 139 passed, 1 skipped in 399.13s (0:06:39) |" in block
+    assert "make stopped: `make[1]: *** [Makefile:39: test-e2e] Error 1`" in block
+
+
+@pytest.mark.parametrize("text,message", [
+    ("make: Nothing to be done for 'all'.\n", "names no pytest suite"),
+    ("", "names no pytest suite"),
+])
+def test_make_test_record_refuses_a_log_without_a_suite(tmp_path, capsys, text, message):
+    """A log that is not ``make test``'s output: one error line, exit 2, no record written."""
+    log = tmp_path / "other.out"
+    log.write_text(text)
+    assert report.main(["--results", str(tmp_path), "--make-test-log", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("yasgd.bench.report: error: --make-test-log: ") and message in err
+    assert err.count("\n") == 1 and not (tmp_path / "make_test.log").exists()
+    assert report.main(["--results", str(tmp_path), "--make-test-log",
+                        str(tmp_path / "none.out")]) == 2
+    assert "No such file" in capsys.readouterr().err

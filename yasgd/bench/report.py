@@ -34,7 +34,7 @@ from yasgd.bench.report_util import (BEGIN, BLOCK, DEFAULT_RESULTS, DOC_GLOBS, R
 from yasgd.bench.report_bench import (bench_acceptance, bench_allreduce, bench_init,
                                       bench_optimizer, bench_overlap, bench_reading,
                                       bench_throughput, data_loaders, headline_results,
-                                      make_test,
+                                      make_test, make_test_lines,
                                       make_train, paper_headline, reason_cma, reason_cycle,
                                       reason_guarded, reason_hybridize)
 from yasgd.bench.data_imagenet import loader_feeds_gpu
@@ -128,6 +128,20 @@ def write(root: str = REPO, results: str = DEFAULT_RESULTS) -> List[Tuple[str, s
     return out
 
 
+def record_make_test(log: str, results: str = DEFAULT_RESULTS) -> str:
+    """Write the suite lines of the ``make test`` output in ``log`` (:func:`make_test_lines`)
+    to ``results/make_test.log``; ValueError when the log names no suite."""
+    with open(log, errors="replace") as f:
+        lines = make_test_lines(f.read())
+    if not any(ln.startswith("pytest ") for ln in lines):
+        raise ValueError(f"{log} names no pytest suite (the output of `make test`?)")
+    path = os.path.join(results, "make_test.log")
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+    return path
+
+
 def main(argv: List[str] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m yasgd.bench.report",
                                  description=__doc__.splitlines()[0])
@@ -135,10 +149,23 @@ def main(argv: List[str] = None) -> int:
                     help="folder of bench_*.json, paper.json and the recorded logs")
     ap.add_argument("--check", action="store_true",
                     help="rewrite nothing; exit 1 if a block differs from the records")
+    ap.add_argument("--make-test-log", metavar="LOG",
+                    help="the output of one `make test`: record what it says about each "
+                         "suite in RESULTS/make_test.log, then rewrite the blocks")
     args = ap.parse_args(argv)
     if not os.path.isdir(args.results):
         print(f"yasgd.bench.report: error: {args.results} is not a folder", file=sys.stderr)
         return 2
+    if args.make_test_log is not None:
+        if args.check:
+            print("yasgd.bench.report: error: --make-test-log writes a record; --check "
+                  "writes nothing", file=sys.stderr)
+            return 2
+        try:
+            record_make_test(args.make_test_log, args.results)
+        except (OSError, ValueError) as e:
+            print(f"yasgd.bench.report: error: --make-test-log: {e}", file=sys.stderr)
+            return 2
     try:
         if args.check:
             bad = stale(REPO, args.results)

@@ -4,7 +4,7 @@ records (:mod:`yasgd.bench.report`)."""
 from __future__ import annotations
 
 import re
-from typing import Dict, Tuple
+from typing import Dict, List, Tuple
 
 from yasgd.bench import common, summary
 from yasgd.bench.report_util import (Records, _acc, _fold, _hardware, _notes, _range,
@@ -53,14 +53,61 @@ def make_train(rec: Records) -> str:
     return "\n".join(out)
 
 
+# a pytest command of the Makefile (or its line in a recorded log), and the suite it runs
+_SUITE = re.compile(r"\bpytest\b.*?\s(tests/[\w./-]+)\s*$")
+# pytest's last line, "-q" or not: "1357 passed, 1 skipped in 173.59s (0:02:53)"
+_OUTCOME = re.compile(r"^=*\s*((?:\d+ \w+|no tests ran)(?:, \d+ \w+)* in [0-9.]+s"
+                      r"(?: \(\d+:\d\d:\d\d\))?)\s*=*$")
+_MAKE_ERROR = re.compile(r"^make(?:\[\d+\])?: \*\*\* .*$")
+
+
+def make_test_lines(text: str) -> List[str]:
+    """The lines of a ``make test`` log that say what ran and how it ended: each suite as
+    ``pytest tests/NAME``, pytest's last line of each run (one per rank under mpirun) and
+    make's error lines. Idempotent, so the record it writes parses the same way; the rest
+    (the install, progress dots, warnings) holds paths of the machine it ran on."""
+    out: List[str] = []
+    for ln in text.splitlines():
+        ln = ln.rstrip()
+        for rx, fmt in ((_SUITE, "pytest {}"), (_OUTCOME, "{}"), (_MAKE_ERROR, None)):
+            m = rx.search(ln)
+            if m:
+                ln = ln if fmt is None else fmt.format(m.group(1))
+                if not (out and ln == out[-1] and ln.startswith("pytest ")):
+                    out.append(ln)      # a launcher echoing the command it runs: once
+                break
+    return out
+
+
+def make_test_outcomes(text: str) -> List[Tuple[str, List[str]]]:
+    """(suite, pytest's last line of each of its runs) in the order the log ran them."""
+    out: List[Tuple[str, List[str]]] = []
+    for ln in make_test_lines(text):
+        if ln.startswith("pytest "):
+            out.append((ln[len("pytest "):], []))
+        elif not _MAKE_ERROR.match(ln) and out:
+            out[-1][1].append(ln)
+    return out
+
+
 def make_test(rec: Records) -> str:
     text = rec.text("make_test.log")
     if text is None:
         return _wrap("No `make test` output is recorded yet: `make test 2>&1 | tee "
-                     "examples/results/make_test.log`, then `python -m yasgd.bench.report`.")
-    lines = [f for ln in text.rstrip("\n").splitlines() for f in _fold(ln)]
-    tail = lines[-12:]
-    return "\n".join(["```"] + (["..."] if len(lines) > len(tail) else []) + tail + ["```"])
+                     "make_test.log`, then `python -m yasgd.bench.report --make-test-log "
+                     "make_test.log`.")
+    suites = make_test_outcomes(text)
+    errors = [ln for ln in make_test_lines(text) if _MAKE_ERROR.match(ln)]
+    rows = [[f"`{suite}`", "; ".join(ends) or "no result line (interrupted?)"]
+            for suite, ends in suites]
+    out = [common.md_table(["suite", "how it ended (pytest's last line; one per rank "
+                                     "under mpirun)"], rows, "ll") if rows else
+           "The recorded log names no pytest suite."]
+    if errors:
+        out.append("make stopped: " + "; ".join(f"`{e}`" for e in errors))
+    out.append(_wrap("(Recorded in `examples/results/make_test.log`: what one `make test` "
+                     "printed about each suite, on the 2-core machine of the benchmarks.)"))
+    return "\n\n".join(out)
 
 
 def headline_results(rec: Records) -> str:
