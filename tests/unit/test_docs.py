@@ -181,7 +181,8 @@ def test_study_blocks_name_plan_arms_the_tables_lack():
 
 #: The shape of a real ``make test`` log: the install's output (with this machine's paths),
 #: the Makefile's pytest commands, progress dots, a warning, pytest's last line of each run
-#: (under mpirun one per rank, after the launcher echoed the command too) and, here, a failure.
+#: (under mpirun one per rank, coloured, one after the other rank's progress, after the launcher
+#: echoed the command too) and, here, a failure.
 MAKE_TEST_LOG = """\
 make[1]: Entering directory '/srv/yasgd'
 jobs/install.sh: /srv/yasgd/.venv ready (mxnet 1.9.1, horovod 0.28.1)
@@ -190,8 +191,10 @@ OMP_NUM_THREADS=2 .venv/bin/python -m pytest -q -p no:cacheprovider tests/unit
 1357 passed, 1 skipped in 173.59s (0:02:53)
 .venv/bin/python -m yasgd.launch -np 2 .venv/bin/python -m pytest -q -p no:cacheprovider tests/multiproc
 mpirun -np 2 --oversubscribe .venv/bin/python -m pytest -q -p no:cacheprovider tests/multiproc
-26 passed in 30.10s
-26 passed in 30.12s
+\x1b[32m.\x1b[0m\x1b[32m.\x1b[0m\x1b[32m                                 [100%]\x1b[0m
+\x1b[32m                    [100%]\x1b[0m\x1b[32m\x1b[32m\x1b[1m26 passed\x1b[0m\x1b[32m in 30.10s\x1b[0m\x1b[0m
+
+\x1b[32m\x1b[32m\x1b[1m26 passed\x1b[0m\x1b[32m in 30.12s\x1b[0m\x1b[0m
 .venv/bin/python -m pytest -q -p no:cacheprovider tests/e2e
 /srv/yasgd/tests/e2e/conftest.py:12: UserWarning: something
 ============ 1 failed, 139 passed, 1 skipped in 399.13s (0:06:39) =============
@@ -202,7 +205,7 @@ make[1]: *** [Makefile:39: test-e2e] Error 1
 def test_make_test_record_keeps_each_suite_and_how_it_ended(tmp_path):
     """``report --make-test-log LOG``: the record holds each suite, pytest's last line of each
     run and make's error, none of the machine's paths; it parses to the same record again,
-    and the README block is a row per suite."""
+    and the README block names each suite with its lines."""
     from yasgd.bench import report_bench
     log = tmp_path / "make_test.out"
     log.write_text(MAKE_TEST_LOG)
@@ -218,11 +221,11 @@ def test_make_test_record_keeps_each_suite_and_how_it_ended(tmp_path):
         "make[1]: *** [Makefile:39: test-e2e] Error 1"]
     assert "/srv" not in kept
     assert report_bench.make_test_lines(kept) == kept.splitlines()
-    block = report_bench.make_test(report.Records(str(results)))
-    assert "| `tests/unit` | 1357 passed, 1 skipped in 173.59s (0:02:53) |" in block
-    assert "| `tests/multiproc` | 26 passed in 30.10s; 26 passed in 30.12s |" in block
-    assert "| `tests/e2e` | 1 failed, 139 passed, 1 skipped in 399.13s (0:06:39) |" in block
-    assert "make stopped: `make[1]: *** [Makefile:39: test-e2e] Error 1`" in block
+    block = " ".join(report_bench.make_test(report.Records(str(results))).split())
+    assert ("`tests/unit` 1357 passed, 1 skipped in 173.59s (0:02:53); `tests/multiproc` 26 "
+            "passed in 30.10s / 26 passed in 30.12s; `tests/e2e` 1 failed, 139 passed, 1 "
+            "skipped in 399.13s (0:06:39); make stopped: `make[1]: *** [Makefile:39: "
+            "test-e2e] Error 1`.") in block
 
 
 @pytest.mark.parametrize("text,message", [

@@ -55,9 +55,12 @@ def make_train(rec: Records) -> str:
 
 # a pytest command of the Makefile (or its line in a recorded log), and the suite it runs
 _SUITE = re.compile(r"\bpytest\b.*?\s(tests/[\w./-]+)\s*$")
-# pytest's last line, "-q" or not: "1357 passed, 1 skipped in 173.59s (0:02:53)"
-_OUTCOME = re.compile(r"^=*\s*((?:\d+ \w+|no tests ran)(?:, \d+ \w+)* in [0-9.]+s"
+# pytest's last line, "-q" or not: "1357 passed, 1 skipped in 173.59s (0:02:53)"; under
+# mpirun the ranks' output interleaves, so one may follow another's progress on its line
+_OUTCOME = re.compile(r"(?<!\w)((?:\d+ \w+|no tests ran)(?:, \d+ \w+)* in [0-9.]+s"
                       r"(?: \(\d+:\d\d:\d\d\))?)\s*=*$")
+# terminal colours (pytest colours its output when mpirun gives the ranks a terminal)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAKE_ERROR = re.compile(r"^make(?:\[\d+\])?: \*\*\* .*$")
 
 
@@ -68,7 +71,7 @@ def make_test_lines(text: str) -> List[str]:
     (the install, progress dots, warnings) holds paths of the machine it ran on."""
     out: List[str] = []
     for ln in text.splitlines():
-        ln = ln.rstrip()
+        ln = _ANSI.sub("", ln).rstrip()
         for rx, fmt in ((_SUITE, "pytest {}"), (_OUTCOME, "{}"), (_MAKE_ERROR, None)):
             m = rx.search(ln)
             if m:
@@ -98,16 +101,13 @@ def make_test(rec: Records) -> str:
                      "make_test.log`.")
     suites = make_test_outcomes(text)
     errors = [ln for ln in make_test_lines(text) if _MAKE_ERROR.match(ln)]
-    rows = [[f"`{suite}`", "; ".join(ends) or "no result line (interrupted?)"]
-            for suite, ends in suites]
-    out = [common.md_table(["suite", "how it ended (pytest's last line; one per rank "
-                                     "under mpirun)"], rows, "ll") if rows else
-           "The recorded log names no pytest suite."]
-    if errors:
-        out.append("make stopped: " + "; ".join(f"`{e}`" for e in errors))
-    out.append(_wrap("(Recorded in `examples/results/make_test.log`: what one `make test` "
-                     "printed about each suite, on the 2-core machine of the benchmarks.)"))
-    return "\n\n".join(out)
+    if not suites:
+        return "The recorded `make test` log (`examples/results/make_test.log`) names no suite."
+    ends = "; ".join(f"`{suite}` " + (" / ".join(e) or "no result line (interrupted?)")
+                     for suite, e in suites)
+    stop = ("; make stopped: " + "; ".join(f"`{e}`" for e in errors)) if errors else ""
+    return _wrap(f"Pytest's last lines in one `make test` on the benchmarks' 2-core machine "
+                 f"(`examples/results/make_test.log`; one a rank under mpirun): {ends}{stop}.")
 
 
 def headline_results(rec: Records) -> str:
