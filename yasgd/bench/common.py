@@ -22,7 +22,7 @@ from yasgd.bench.machine import (FLAGS_OF_INTEREST, REPO_ROOT, TUNING_PREFIXES, 
                                  memory_gib, onednn_info)
 from yasgd.bench.output import (acceptance, acceptance_table, acceptance_value,  # noqa: F401
                                 bar_chart, fmt, md_table, read_json, say, write_json,
-                                write_results)
+                                write_results, write_text)
 from yasgd.bench.procs import (COMMON_SH, bench_main, env_subset,  # noqa: F401
                                horovod_default_env, launch_ranks, run_process, shipped_env)
 from yasgd.bench.timing import (Timing, interleaved_times, median_time,  # noqa: F401

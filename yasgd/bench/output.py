@@ -151,11 +151,16 @@ def read_json(path: str) -> Dict[str, object]:
         return json.load(f)
 
 
-def write_json(path: str, obj: object) -> None:
+def write_text(path: str, text: str) -> None:
+    """``text`` into ``path`` through a temporary file: an interruption leaves the old file."""
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, default=str)
+        f.write(text)
     os.replace(tmp, path)
+
+
+def write_json(path: str, obj: object) -> None:
+    write_text(path, json.dumps(obj, indent=1, default=str))
 
 
 def say(msg: str) -> None:

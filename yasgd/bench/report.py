@@ -34,10 +34,11 @@ from yasgd.bench.report_util import (BEGIN, BLOCK, DEFAULT_RESULTS, DOC_GLOBS, R
 from yasgd.bench.report_bench import (bench_acceptance, bench_allreduce, bench_init,
                                       bench_optimizer, bench_overlap, bench_reading,
                                       bench_throughput, data_loaders, headline_results,
-                                      make_test, make_test_lines,
+                                      make_test, make_test_lines, make_test_outcomes,
                                       make_train, paper_headline, reason_cma, reason_cycle,
                                       reason_guarded, reason_hybridize)
 from yasgd.bench.data_imagenet import loader_feeds_gpu
+from yasgd.bench.output import write_text
 from yasgd.bench.report_study import ablation_results, largebatch_reading, largebatch_results
 from yasgd.bench.report_simulate import (prior_work, simulate_abci2019, simulate_abci3,
                                          simulate_constants, simulate_inputs,
@@ -133,12 +134,10 @@ def record_make_test(log: str, results: str = DEFAULT_RESULTS) -> str:
     to ``results/make_test.log``; ValueError when the log names no suite."""
     with open(log, errors="replace") as f:
         lines = make_test_lines(f.read())
-    if not any(ln.startswith("pytest ") for ln in lines):
+    if not make_test_outcomes(lines):
         raise ValueError(f"{log} names no pytest suite (the output of `make test`?)")
     path = os.path.join(results, "make_test.log")
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(path + ".tmp", path)
+    write_text(path, "\n".join(lines) + "\n")
     return path
 
 

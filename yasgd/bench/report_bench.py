@@ -62,6 +62,7 @@ _OUTCOME = re.compile(r"(?<!\w)((?:\d+ \w+|no tests ran)(?:, \d+ \w+)* in [0-9.]
 # terminal colours (pytest colours its output when mpirun gives the ranks a terminal)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAKE_ERROR = re.compile(r"^make(?:\[\d+\])?: \*\*\* .*$")
+_RUNS = "pytest "      # how a record names a suite: "pytest tests/unit"
 
 
 def make_test_lines(text: str) -> List[str]:
@@ -72,22 +73,23 @@ def make_test_lines(text: str) -> List[str]:
     out: List[str] = []
     for ln in text.splitlines():
         ln = _ANSI.sub("", ln).rstrip()
-        for rx, fmt in ((_SUITE, "pytest {}"), (_OUTCOME, "{}"), (_MAKE_ERROR, None)):
+        for rx, fmt in ((_SUITE, _RUNS + "{}"), (_OUTCOME, "{}"), (_MAKE_ERROR, None)):
             m = rx.search(ln)
             if m:
                 ln = ln if fmt is None else fmt.format(m.group(1))
-                if not (out and ln == out[-1] and ln.startswith("pytest ")):
+                if not (out and ln == out[-1] and ln.startswith(_RUNS)):
                     out.append(ln)      # a launcher echoing the command it runs: once
                 break
     return out
 
 
-def make_test_outcomes(text: str) -> List[Tuple[str, List[str]]]:
-    """(suite, pytest's last line of each of its runs) in the order the log ran them."""
+def make_test_outcomes(lines: List[str]) -> List[Tuple[str, List[str]]]:
+    """(suite, pytest's last line of each of its runs) in the order they ran, from the
+    lines :func:`make_test_lines` keeps."""
     out: List[Tuple[str, List[str]]] = []
-    for ln in make_test_lines(text):
-        if ln.startswith("pytest "):
-            out.append((ln[len("pytest "):], []))
+    for ln in lines:
+        if ln.startswith(_RUNS):
+            out.append((ln[len(_RUNS):], []))
         elif not _MAKE_ERROR.match(ln) and out:
             out[-1][1].append(ln)
     return out
@@ -99,8 +101,9 @@ def make_test(rec: Records) -> str:
         return _wrap("No `make test` output is recorded yet: `make test 2>&1 | tee "
                      "make_test.log`, then `python -m yasgd.bench.report --make-test-log "
                      "make_test.log`.")
-    suites = make_test_outcomes(text)
-    errors = [ln for ln in make_test_lines(text) if _MAKE_ERROR.match(ln)]
+    lines = make_test_lines(text)
+    suites = make_test_outcomes(lines)
+    errors = [ln for ln in lines if _MAKE_ERROR.match(ln)]
     if not suites:
         return "The recorded `make test` log (`examples/results/make_test.log`) names no suite."
     ends = "; ".join(f"`{suite}` " + (" / ".join(e) or "no result line (interrupted?)")
