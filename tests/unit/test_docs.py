@@ -212,7 +212,7 @@ def test_make_test_record_keeps_each_suite_and_how_it_ended(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     # the function behind --make-test-log, which then rewrites this checkout's documents
-    assert report.record_make_test(str(log), str(results)) == str(results / "make_test.log")
+    assert report.record_log("test", str(log), str(results)) == str(results / "make_test.log")
     kept = (results / "make_test.log").read_text()
     assert kept.splitlines() == [
         "pytest tests/unit", "1357 passed, 1 skipped in 173.59s (0:02:53)",
@@ -243,3 +243,87 @@ def test_make_test_record_refuses_a_log_without_a_suite(tmp_path, capsys, text, 
     assert report.main(["--results", str(tmp_path), "--make-test-log",
                         str(tmp_path / "none.out")]) == 2
     assert "No such file" in capsys.readouterr().err
+
+
+def _bar(epoch: int, done: int) -> str:
+    """What tqdm draws on stderr for rank 0's progress bar: a carriage return, the bar."""
+    full = "\u2588" * 5 * done
+    return (f"\repoch {epoch}/3:  {done * 50}%|{full}{' ' * 5 * (2 - done)}| "
+            f"{done}/2 [00:01<00:01,  2.42it/s]")
+
+
+#: The shape of a real ``make train`` log: the install's output with this machine's paths,
+#: the launcher's command, the banner, the progress bar drawn over the epoch lines (tqdm
+#: clears its line, then prints the epoch), evaluations every 2 epochs, the end of the run.
+MAKE_TRAIN_LOG = (
+    "jobs/install.sh: /srv/yasgd/.venv ready (mxnet 1.9.1, horovod 0.28.1)\n"
+    "mpirun -np 2 --oversubscribe .venv/bin/yasgd train examples/configs/demo.yaml\n"
+    "yasgd: resnet8 on fashion_mnist, 2 ranks x 512 x 4 = global batch 4096, 2 steps/epoch, "
+    "3 epochs, optimizer lars\n"
+    + _bar(1, 1) + "\r" + " " * 60 + "\r"
+    "epoch   1/3  loss 2.2032  train-acc 0.2220  lr 2  14.4s\n"
+    + _bar(2, 1) + _bar(2, 2) + "\r" + " " * 60 + "\r"
+    "epoch   2/3  loss 1.0038  train-acc 0.7739  lr 7.615  26.9s  test-acc 0.7368\n"
+    "/srv/yasgd/yasgd/train.py:9: UserWarning: something\n"
+    + _bar(3, 1) + "\r" + " " * 60 + "\r"
+    "epoch   3/3  loss 0.8320  train-acc 0.8559  lr 0  20.3s\n"
+    "final test accuracy: 0.8586 (85.86 %) after 3 epochs, 61.6 s\n"
+    "run directory: /srv/yasgd/runs/demo-20261201-224913\n")
+
+
+def test_make_train_record_keeps_the_banner_epochs_and_end(tmp_path):
+    """``report --make-train-log LOG``: the banner, the first epoch, a ``...`` for the epochs
+    left out, each evaluated epoch and the last, and the end of the run; nothing of the
+    progress bar or the install; idempotent; the README block quotes it with its figures."""
+    from yasgd.bench import report_bench
+    log = tmp_path / "make_train.out"
+    log.write_text(MAKE_TRAIN_LOG)
+    results = tmp_path / "results"
+    results.mkdir()
+    assert report.record_log("train", str(log), str(results)) == str(results / "make_train.log")
+    kept = (results / "make_train.log").read_text().splitlines()
+    assert kept == [
+        "yasgd: resnet8 on fashion_mnist, 2 ranks x 512 x 4 = global batch 4096, 2 steps/epoch,"
+        " 3 epochs, optimizer lars",
+        "epoch   1/3  loss 2.2032  train-acc 0.2220  lr 2  14.4s",
+        "epoch   2/3  loss 1.0038  train-acc 0.7739  lr 7.615  26.9s  test-acc 0.7368",
+        "epoch   3/3  loss 0.8320  train-acc 0.8559  lr 0  20.3s",
+        "final test accuracy: 0.8586 (85.86 %) after 3 epochs, 61.6 s",
+        "run directory: runs/demo-20261201-224913"]
+    assert report_bench.make_train_lines("\n".join(kept)) == kept
+    assert "/srv" not in "\n".join(kept)
+    # epochs 2 and 3 of 5 not evaluated: one "..." after the first
+    five = MAKE_TRAIN_LOG.replace("/3", "/5").replace("2 steps/epoch, 3 epochs",
+                                                      "2 steps/epoch, 5 epochs")
+    five = five.replace("epoch   2/5", "epoch   4/5").replace("epoch   3/5", "epoch   5/5")
+    five = five.replace("  lr 2  14.4s\n", "  lr 2  14.4s\nepoch   2/5  loss 1.9  train-acc "
+                        "0.3  lr 4  9.0s\nepoch   3/5  loss 1.5  train-acc 0.5  lr 6  9.0s\n")
+    got = report_bench.make_train_lines(five)
+    assert got[1:4] == ["epoch   1/5  loss 2.2032  train-acc 0.2220  lr 2  14.4s", "...",
+                        "epoch   4/5  loss 1.0038  train-acc 0.7739  lr 7.615  26.9s  "
+                        "test-acc 0.7368"]
+    assert report_bench.make_train_lines("\n".join(got)) == got
+    block = " ".join(report_bench.make_train(report.Records(str(results))).split())
+    assert "3 epochs of 2 LARS steps, 61.6 s of training, 20.5 s an epoch" in block
+
+
+@pytest.mark.parametrize("which,text,message", [
+    ("train", "epoch   1/3  loss 2.2  train-acc 0.2  lr 2  14.4s\n", "holds no finished run"),
+    ("train", "", "holds no finished run"),
+    ("test", "final test accuracy: 0.8586 (85.86 %) after 3 epochs, 61.6 s\n",
+     "names no pytest suite"),
+])
+def test_a_record_is_written_only_from_a_finished_log(tmp_path, capsys, which, text, message):
+    """A log that is not a finished ``make train`` (or is ``make train``'s given as ``make
+    test``'s): one error line, exit 2, and no record written, the other log's neither."""
+    bad = tmp_path / "bad.out"
+    bad.write_text(text)
+    good = tmp_path / "good.out"
+    good.write_text(MAKE_TEST_LOG if which == "train" else MAKE_TRAIN_LOG)
+    other = "test" if which == "train" else "train"
+    assert report.main(["--results", str(tmp_path), f"--make-{which}-log", str(bad),
+                        f"--make-{other}-log", str(good)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"yasgd.bench.report: error: --make-{which}-log: ") and message in err
+    assert err.count("\n") == 1
+    assert not list(tmp_path.glob("*.log"))

@@ -35,8 +35,8 @@ from yasgd.bench.report_bench import (bench_acceptance, bench_allreduce, bench_i
                                       bench_optimizer, bench_overlap, bench_reading,
                                       bench_throughput, data_loaders, headline_results,
                                       make_test, make_test_lines, make_test_outcomes,
-                                      make_train, paper_headline, reason_cma, reason_cycle,
-                                      reason_guarded, reason_hybridize)
+                                      make_train, make_train_lines, paper_headline, reason_cma,
+                                      reason_cycle, reason_guarded, reason_hybridize)
 from yasgd.bench.data_imagenet import loader_feeds_gpu
 from yasgd.bench.output import write_text
 from yasgd.bench.report_study import ablation_results, largebatch_reading, largebatch_results
@@ -129,16 +129,42 @@ def write(root: str = REPO, results: str = DEFAULT_RESULTS) -> List[Tuple[str, s
     return out
 
 
-def record_make_test(log: str, results: str = DEFAULT_RESULTS) -> str:
-    """Write the suite lines of the ``make test`` output in ``log`` (:func:`make_test_lines`)
-    to ``results/make_test.log``; ValueError when the log names no suite."""
+def _ran_to_the_end(lines: List[str]) -> bool:
+    return any(ln.startswith("final test accuracy: ") for ln in lines)
+
+
+#: what ``--make-train-log`` / ``--make-test-log`` record: the record's file, the lines kept
+#: (:func:`make_train_lines`, :func:`make_test_lines`), and what those lines must hold
+RECORDED_LOGS = {
+    "train": ("make_train.log", make_train_lines, _ran_to_the_end,
+              "holds no finished run (the output of `make train`?)"),
+    "test": ("make_test.log", make_test_lines, make_test_outcomes,
+             "names no pytest suite (the output of `make test`?)"),
+}
+
+
+def read_log(which: str, log: str) -> Tuple[str, List[str]]:
+    """(the record's file name, the lines it keeps) of the output of ``make train`` or
+    ``make test`` (``which``) in ``log`` (:data:`RECORDED_LOGS`); ValueError when it holds
+    nothing a record keeps."""
+    name, keep, holds, missing = RECORDED_LOGS[which]
     with open(log, errors="replace") as f:
-        lines = make_test_lines(f.read())
-    if not make_test_outcomes(lines):
-        raise ValueError(f"{log} names no pytest suite (the output of `make test`?)")
-    path = os.path.join(results, "make_test.log")
+        lines = keep(f.read())
+    if not holds(lines):
+        raise ValueError(f"{log} {missing}")
+    return name, lines
+
+
+def write_record(results: str, name: str, lines: List[str]) -> str:
+    """Write a record :func:`read_log` gave into ``results``; the path written."""
+    path = os.path.join(results, name)
     write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+def record_log(which: str, log: str, results: str = DEFAULT_RESULTS) -> str:
+    """:func:`read_log`, then :func:`write_record`: what ``--make-WHICH-log`` records."""
+    return write_record(results, *read_log(which, log))
 
 
 def main(argv: List[str] = None) -> int:
@@ -148,6 +174,9 @@ def main(argv: List[str] = None) -> int:
                     help="folder of bench_*.json, paper.json and the recorded logs")
     ap.add_argument("--check", action="store_true",
                     help="rewrite nothing; exit 1 if a block differs from the records")
+    ap.add_argument("--make-train-log", metavar="LOG",
+                    help="the output of one `make train`: record its banner, epochs and end "
+                         "in RESULTS/make_train.log, then rewrite the blocks")
     ap.add_argument("--make-test-log", metavar="LOG",
                     help="the output of one `make test`: record what it says about each "
                          "suite in RESULTS/make_test.log, then rewrite the blocks")
@@ -155,16 +184,22 @@ def main(argv: List[str] = None) -> int:
     if not os.path.isdir(args.results):
         print(f"yasgd.bench.report: error: {args.results} is not a folder", file=sys.stderr)
         return 2
-    if args.make_test_log is not None:
-        if args.check:
-            print("yasgd.bench.report: error: --make-test-log writes a record; --check "
+    logs = [(w, getattr(args, f"make_{w}_log")) for w in RECORDED_LOGS]
+    for which, log in logs:
+        if log is not None and args.check:
+            print(f"yasgd.bench.report: error: --make-{which}-log writes a record; --check "
                   "writes nothing", file=sys.stderr)
             return 2
+    recorded = []
+    for which, log in logs:        # each log read and checked before any record is written
         try:
-            record_make_test(args.make_test_log, args.results)
+            if log is not None:
+                recorded.append(read_log(which, log))
         except (OSError, ValueError) as e:
-            print(f"yasgd.bench.report: error: --make-test-log: {e}", file=sys.stderr)
+            print(f"yasgd.bench.report: error: --make-{which}-log: {e}", file=sys.stderr)
             return 2
+    for name, lines in recorded:
+        write_record(args.results, name, lines)
     try:
         if args.check:
             bad = stale(REPO, args.results)

@@ -36,10 +36,58 @@ def _train_log(rec: Records) -> Tuple[str, dict]:
     return text, info
 
 
+# what a record of ``make train`` keeps: the run's banner, its epoch lines, the end of the run
+_TRAIN_BANNER = re.compile(r"yasgd: \S+ on \S+, \d+ ranks? x .*\d+ steps/epoch, \d+ epochs, "
+                           r"optimizer \S+$")
+_TRAIN_EPOCH = re.compile(r"epoch +(\d+)/\d+  loss \S+  .*\d+\.\ds(  test-acc \S+)?$")
+_TRAIN_END = re.compile(r"(?:resumed from \S+: \d+ epochs|target top-1 \S+ reached after|"
+                        r"final test accuracy: [0-9.]+ \(|run directory: |yasgd: error: )")
+_TRAIN_GAP = "..."
+# the run prints its run directory as an absolute path: the record keeps its last two parts,
+# run.dir's folder and the run's own (runs/demo-YYYYmmdd-HHMMSS), no path of the machine
+_RUN_DIR = re.compile(r"^(run directory: )(/.*)$")
+
+
+def _run_dir(m: "re.Match[str]") -> str:
+    path = m.group(2).rstrip("/")
+    return m.group(1) + "/".join(path.split("/")[-2:])
+
+
+def make_train_lines(text: str) -> List[str]:
+    """The lines of a ``make train`` log a record keeps: the banner, the first epoch, each
+    evaluated epoch and the last one (a ``...`` line after the first where epochs are left
+    out), how the run ended (the run directory as ``runs/NAME``), and make's error lines; the
+    progress bar (carriage returns, terminal colours) and the install's output are dropped.
+    Idempotent."""
+    found: List[Tuple[int, str]] = []          # (epoch, line), epoch 0 for the other lines
+    for phys in text.splitlines():
+        for seg in phys.split("\r"):          # the progress bar redraws its line
+            ln = _ANSI.sub("", seg).strip()
+            m = _TRAIN_EPOCH.match(ln)
+            if m:
+                found.append((int(m.group(1)), ln))
+            elif _TRAIN_BANNER.match(ln) or _TRAIN_END.match(ln) or _MAKE_ERROR.match(ln):
+                found.append((0, _RUN_DIR.sub(_run_dir, ln)))
+    epochs = [i for i, (n, _) in enumerate(found) if n]
+    keep = [i for i in epochs if i in (epochs[0], epochs[-1]) or
+            _TRAIN_EPOCH.match(found[i][1]).group(2)]
+    out: List[str] = []
+    for i, (n, ln) in enumerate(found):
+        if n and i not in keep:
+            continue
+        out.append(ln)
+        later = [found[j][0] for j in keep if j > i]
+        if epochs and i == epochs[0] and later and later[0] > n + 1:
+            out.append(_TRAIN_GAP)
+    return out
+
+
 def make_train(rec: Records) -> str:
     text, info = _train_log(rec)
     if not text:
-        return "No `make train` output is recorded yet (`examples/results/make_train.log`)."
+        return _wrap("No `make train` output is recorded yet: `make train 2>&1 | tee "
+                     "make_train.out`, then `python -m yasgd.bench.report --make-train-log "
+                     "make_train.out`.")
     lines = [f for ln in text.rstrip("\n").splitlines() for f in _fold(ln)]
     out = ["```"] + lines + ["```", ""]
     if info.get("train_s") and info.get("epochs"):
@@ -99,8 +147,8 @@ def make_test(rec: Records) -> str:
     text = rec.text("make_test.log")
     if text is None:
         return _wrap("No `make test` output is recorded yet: `make test 2>&1 | tee "
-                     "make_test.log`, then `python -m yasgd.bench.report --make-test-log "
-                     "make_test.log`.")
+                     "make_test.out`, then `python -m yasgd.bench.report --make-test-log "
+                     "make_test.out`.")
     lines = make_test_lines(text)
     suites = make_test_outcomes(lines)
     errors = [ln for ln in lines if _MAKE_ERROR.match(ln)]
