@@ -327,3 +327,17 @@ def test_a_record_is_written_only_from_a_finished_log(tmp_path, capsys, which, t
     assert err.startswith(f"yasgd.bench.report: error: --make-{which}-log: ") and message in err
     assert err.count("\n") == 1
     assert not list(tmp_path.glob("*.log"))
+
+
+@pytest.mark.parametrize("which", ["train", "test"])
+def test_a_record_is_read_only_from_a_regular_file(tmp_path, capsys, which):
+    """A folder, a FIFO (which would wait for a writer) or /dev/zero (which never ends) as the
+    log: one error line naming it, exit 2, nothing written."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (str(tmp_path), str(fifo), "/dev/zero"):
+        assert report.main(["--results", str(tmp_path), f"--make-{which}-log", path]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"yasgd.bench.report: error: --make-{which}-log: {path} is not a "
+                       f"regular file: give the saved output of `make {which}`\n")
+    assert not list(tmp_path.glob("*.log"))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import stat
 import sys
 from typing import Callable, Dict, List, Tuple
 
@@ -148,6 +149,9 @@ def read_log(which: str, log: str) -> Tuple[str, List[str]]:
     ``make test`` (``which``) in ``log`` (:data:`RECORDED_LOGS`); ValueError when it holds
     nothing a record keeps."""
     name, keep, holds, missing = RECORDED_LOGS[which]
+    if not stat.S_ISREG(os.stat(log).st_mode):     # a FIFO would wait, /dev/zero never ends
+        raise ValueError(f"{log} is not a regular file: give the saved output of "
+                         f"`make {which}`")
     with open(log, errors="replace") as f:
         lines = keep(f.read())
     if not holds(lines):
