@@ -76,9 +76,8 @@ def make_train_lines(text: str) -> List[str]:
         if n and i not in keep:
             continue
         out.append(ln)
-        later = [found[j][0] for j in keep if j > i]
-        if epochs and i == epochs[0] and later and later[0] > n + 1:
-            out.append(_TRAIN_GAP)
+        if len(keep) > 1 and i == keep[0] and found[keep[1]][0] > n + 1:
+            out.append(_TRAIN_GAP)             # the epochs left out after the first
     return out
 
 
