@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from yasgd.bench import report
+from yasgd.bench import report, report_logs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 README = os.path.join(ROOT, "README.md")
@@ -206,13 +206,12 @@ def test_make_test_record_keeps_each_suite_and_how_it_ended(tmp_path):
     """``report --make-test-log LOG``: the record holds each suite, pytest's last line of each
     run and make's error, none of the machine's paths; it parses to the same record again,
     and the README block names each suite with its lines."""
-    from yasgd.bench import report_bench
     log = tmp_path / "make_test.out"
     log.write_text(MAKE_TEST_LOG)
     results = tmp_path / "results"
     results.mkdir()
     # the function behind --make-test-log, which then rewrites this checkout's documents
-    assert report.record_log("test", str(log), str(results)) == str(results / "make_test.log")
+    assert report_logs.record_log("test", str(log), str(results)) == str(results / "make_test.log")
     kept = (results / "make_test.log").read_text()
     assert kept.splitlines() == [
         "pytest tests/unit", "1357 passed, 1 skipped in 173.59s (0:02:53)",
@@ -220,8 +219,8 @@ def test_make_test_record_keeps_each_suite_and_how_it_ended(tmp_path):
         "pytest tests/e2e", "1 failed, 139 passed, 1 skipped in 399.13s (0:06:39)",
         "make[1]: *** [Makefile:39: test-e2e] Error 1"]
     assert "/srv" not in kept
-    assert report_bench.make_test_lines(kept) == kept.splitlines()
-    block = " ".join(report_bench.make_test(report.Records(str(results))).split())
+    assert report_logs.make_test_lines(kept) == kept.splitlines()
+    block = " ".join(report_logs.make_test(report.Records(str(results))).split())
     assert ("`tests/unit` 1357 passed, 1 skipped in 173.59s (0:02:53); `tests/multiproc` 26 "
             "passed in 30.10s / 26 passed in 30.12s; `tests/e2e` 1 failed, 139 passed, 1 "
             "skipped in 399.13s (0:06:39); make stopped: `make[1]: *** [Makefile:39: "
@@ -275,12 +274,11 @@ def test_make_train_record_keeps_the_banner_epochs_and_end(tmp_path):
     """``report --make-train-log LOG``: the banner, the first epoch, a ``...`` for the epochs
     left out, each evaluated epoch and the last, and the end of the run; nothing of the
     progress bar or the install; idempotent; the README block quotes it with its figures."""
-    from yasgd.bench import report_bench
     log = tmp_path / "make_train.out"
     log.write_text(MAKE_TRAIN_LOG)
     results = tmp_path / "results"
     results.mkdir()
-    assert report.record_log("train", str(log), str(results)) == str(results / "make_train.log")
+    assert report_logs.record_log("train", str(log), str(results)) == str(results / "make_train.log")
     kept = (results / "make_train.log").read_text().splitlines()
     assert kept == [
         "yasgd: resnet8 on fashion_mnist, 2 ranks x 512 x 4 = global batch 4096, 2 steps/epoch,"
@@ -290,7 +288,7 @@ def test_make_train_record_keeps_the_banner_epochs_and_end(tmp_path):
         "epoch   3/3  loss 0.8320  train-acc 0.8559  lr 0  20.3s",
         "final test accuracy: 0.8586 (85.86 %) after 3 epochs, 61.6 s",
         "run directory: runs/demo-20261201-224913"]
-    assert report_bench.make_train_lines("\n".join(kept)) == kept
+    assert report_logs.make_train_lines("\n".join(kept)) == kept
     assert "/srv" not in "\n".join(kept)
     # epochs 2 and 3 of 5 not evaluated: one "..." after the first
     five = MAKE_TRAIN_LOG.replace("/3", "/5").replace("2 steps/epoch, 3 epochs",
@@ -298,12 +296,12 @@ def test_make_train_record_keeps_the_banner_epochs_and_end(tmp_path):
     five = five.replace("epoch   2/5", "epoch   4/5").replace("epoch   3/5", "epoch   5/5")
     five = five.replace("  lr 2  14.4s\n", "  lr 2  14.4s\nepoch   2/5  loss 1.9  train-acc "
                         "0.3  lr 4  9.0s\nepoch   3/5  loss 1.5  train-acc 0.5  lr 6  9.0s\n")
-    got = report_bench.make_train_lines(five)
+    got = report_logs.make_train_lines(five)
     assert got[1:4] == ["epoch   1/5  loss 2.2032  train-acc 0.2220  lr 2  14.4s", "...",
                         "epoch   4/5  loss 1.0038  train-acc 0.7739  lr 7.615  26.9s  "
                         "test-acc 0.7368"]
-    assert report_bench.make_train_lines("\n".join(got)) == got
-    block = " ".join(report_bench.make_train(report.Records(str(results))).split())
+    assert report_logs.make_train_lines("\n".join(got)) == got
+    block = " ".join(report_logs.make_train(report.Records(str(results))).split())
     assert "3 epochs of 2 LARS steps, 61.6 s of training, 20.5 s an epoch" in block
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import stat
 import sys
 from typing import Callable, Dict, List, Tuple
 
@@ -35,11 +34,10 @@ from yasgd.bench.report_util import (BEGIN, BLOCK, DEFAULT_RESULTS, DOC_GLOBS, R
 from yasgd.bench.report_bench import (bench_acceptance, bench_allreduce, bench_init,
                                       bench_optimizer, bench_overlap, bench_reading,
                                       bench_throughput, data_loaders, headline_results,
-                                      make_test, make_test_lines, make_test_outcomes,
-                                      make_train, make_train_lines, paper_headline, reason_cma,
-                                      reason_cycle, reason_guarded, reason_hybridize)
+                                      paper_headline, reason_cma, reason_cycle, reason_guarded,
+                                      reason_hybridize)
 from yasgd.bench.data_imagenet import loader_feeds_gpu
-from yasgd.bench.output import write_text
+from yasgd.bench.report_logs import RECORDED_LOGS, make_test, make_train, read_log, write_record
 from yasgd.bench.report_study import ablation_results, largebatch_reading, largebatch_results
 from yasgd.bench.report_simulate import (prior_work, simulate_abci2019, simulate_abci3,
                                          simulate_constants, simulate_inputs,
@@ -128,47 +126,6 @@ def write(root: str = REPO, results: str = DEFAULT_RESULTS) -> List[Tuple[str, s
                 f.write(new)
         out += [(os.path.relpath(path, root), n) for n in changed]
     return out
-
-
-def _ran_to_the_end(lines: List[str]) -> bool:
-    return any(ln.startswith("final test accuracy: ") for ln in lines)
-
-
-#: what ``--make-train-log`` / ``--make-test-log`` record: the record's file, the lines kept
-#: (:func:`make_train_lines`, :func:`make_test_lines`), and what those lines must hold
-RECORDED_LOGS = {
-    "train": ("make_train.log", make_train_lines, _ran_to_the_end,
-              "holds no finished run (the output of `make train`?)"),
-    "test": ("make_test.log", make_test_lines, make_test_outcomes,
-             "names no pytest suite (the output of `make test`?)"),
-}
-
-
-def read_log(which: str, log: str) -> Tuple[str, List[str]]:
-    """(the record's file name, the lines it keeps) of the output of ``make train`` or
-    ``make test`` (``which``) in ``log`` (:data:`RECORDED_LOGS`); ValueError when it holds
-    nothing a record keeps."""
-    name, keep, holds, missing = RECORDED_LOGS[which]
-    if not stat.S_ISREG(os.stat(log).st_mode):     # a FIFO would wait, /dev/zero never ends
-        raise ValueError(f"{log} is not a regular file: give the saved output of "
-                         f"`make {which}`")
-    with open(log, errors="replace") as f:
-        lines = keep(f.read())
-    if not holds(lines):
-        raise ValueError(f"{log} {missing}")
-    return name, lines
-
-
-def write_record(results: str, name: str, lines: List[str]) -> str:
-    """Write a record :func:`read_log` gave into ``results``; the path written."""
-    path = os.path.join(results, name)
-    write_text(path, "\n".join(lines) + "\n")
-    return path
-
-
-def record_log(which: str, log: str, results: str = DEFAULT_RESULTS) -> str:
-    """:func:`read_log`, then :func:`write_record`: what ``--make-WHICH-log`` records."""
-    return write_record(results, *read_log(which, log))
 
 
 def main(argv: List[str] = None) -> int:

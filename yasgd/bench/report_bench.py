@@ -3,12 +3,10 @@ docs/largebatch.md and docs/design.md (the measured reasons), from the benchmark
 records (:mod:`yasgd.bench.report`)."""
 from __future__ import annotations
 
-import re
-from typing import Dict, List, Tuple
-
 from yasgd.bench import common, summary
-from yasgd.bench.report_util import (Records, _acc, _fold, _hardware, _notes, _range,
-                                     _rec, _rel, _wrap, _x)
+from yasgd.bench.report_logs import make_train_info
+from yasgd.bench.report_util import (Records, _acc, _hardware, _notes, _range, _rec, _rel,
+                                     _wrap, _x)
 
 
 # -- README ------------------------------------------------------------------------------
@@ -21,145 +19,6 @@ def paper_headline(rec: Records) -> str:
             f"{p['efficiency_pct']} % scaling efficiency ({p['cite']}).")
 
 
-def _train_log(rec: Records) -> Tuple[str, dict]:
-    text = rec.text("make_train.log")
-    if text is None:
-        return "", {}
-    info: Dict[str, object] = {}
-    m = re.search(r"(\d+) steps/epoch, (\d+) epochs", text)
-    if m:
-        info["steps"], info["epochs"] = int(m.group(1)), int(m.group(2))
-    m = re.search(r"final test accuracy: ([0-9.]+) \(([0-9.]+) %\) after (\d+) epochs, ([0-9.]+) s",
-                  text)
-    if m:
-        info["acc_pct"], info["train_s"] = float(m.group(2)), float(m.group(4))
-    return text, info
-
-
-# what a record of ``make train`` keeps: the run's banner, its epoch lines, the end of the run
-_TRAIN_BANNER = re.compile(r"yasgd: \S+ on \S+, \d+ ranks? x .*\d+ steps/epoch, \d+ epochs, "
-                           r"optimizer \S+$")
-_TRAIN_EPOCH = re.compile(r"epoch +(\d+)/\d+  loss \S+  .*\d+\.\ds(  test-acc \S+)?$")
-_TRAIN_END = re.compile(r"(?:resumed from \S+: \d+ epochs|target top-1 \S+ reached after|"
-                        r"final test accuracy: [0-9.]+ \(|run directory: |yasgd: error: )")
-_TRAIN_GAP = "..."
-# the run prints its run directory as an absolute path: the record keeps its last two parts,
-# run.dir's folder and the run's own (runs/demo-YYYYmmdd-HHMMSS), no path of the machine
-_RUN_DIR = re.compile(r"^(run directory: )(/.*)$")
-
-
-def _run_dir(m: "re.Match[str]") -> str:
-    path = m.group(2).rstrip("/")
-    return m.group(1) + "/".join(path.split("/")[-2:])
-
-
-def make_train_lines(text: str) -> List[str]:
-    """The lines of a ``make train`` log a record keeps: the banner, the first epoch, each
-    evaluated epoch and the last one (a ``...`` line after the first where epochs are left
-    out), how the run ended (the run directory as ``runs/NAME``), and make's error lines; the
-    progress bar (carriage returns, terminal colours) and the install's output are dropped.
-    Idempotent."""
-    found: List[Tuple[int, str]] = []          # (epoch, line), epoch 0 for the other lines
-    for phys in text.splitlines():
-        for seg in phys.split("\r"):          # the progress bar redraws its line
-            ln = _ANSI.sub("", seg).strip()
-            m = _TRAIN_EPOCH.match(ln)
-            if m:
-                found.append((int(m.group(1)), ln))
-            elif _TRAIN_BANNER.match(ln) or _TRAIN_END.match(ln) or _MAKE_ERROR.match(ln):
-                found.append((0, _RUN_DIR.sub(_run_dir, ln)))
-    epochs = [i for i, (n, _) in enumerate(found) if n]
-    keep = [i for i in epochs if i in (epochs[0], epochs[-1]) or
-            _TRAIN_EPOCH.match(found[i][1]).group(2)]
-    out: List[str] = []
-    for i, (n, ln) in enumerate(found):
-        if n and i not in keep:
-            continue
-        out.append(ln)
-        if len(keep) > 1 and i == keep[0] and found[keep[1]][0] > n + 1:
-            out.append(_TRAIN_GAP)             # the epochs left out after the first
-    return out
-
-
-def make_train(rec: Records) -> str:
-    text, info = _train_log(rec)
-    if not text:
-        return _wrap("No `make train` output is recorded yet: `make train 2>&1 | tee "
-                     "make_train.out`, then `python -m yasgd.bench.report --make-train-log "
-                     "make_train.out`.")
-    lines = [f for ln in text.rstrip("\n").splitlines() for f in _fold(ln)]
-    out = ["```"] + lines + ["```", ""]
-    if info.get("train_s") and info.get("epochs"):
-        out.append(_wrap(f"(Recorded in `examples/results/make_train.log`: {info['epochs']} "
-                         f"epochs of "
-                   f"{info['steps']} LARS steps, {info['train_s']:.1f} s of training, "
-                   f"{info['train_s'] / info['epochs']:.1f} s an epoch on the 2-core machine "
-                   f"of the benchmarks; epochs without evaluation are left out of the record"
-                         + ("; long lines folded)" if len(lines) > len(text.splitlines())
-                            else ")")))
-    return "\n".join(out)
-
-
-# a pytest command of the Makefile (or its line in a recorded log), and the suite it runs
-_SUITE = re.compile(r"\bpytest\b.*?\s(tests/[\w./-]+)\s*$")
-# pytest's last line, "-q" or not: "1357 passed, 1 skipped in 173.59s (0:02:53)"; under
-# mpirun the ranks' output interleaves, so one may follow another's progress on its line
-_OUTCOME = re.compile(r"(?<!\w)((?:\d+ \w+|no tests ran)(?:, \d+ \w+)* in [0-9.]+s"
-                      r"(?: \(\d+:\d\d:\d\d\))?)\s*=*$")
-# terminal colours (pytest colours its output when mpirun gives the ranks a terminal)
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_MAKE_ERROR = re.compile(r"^make(?:\[\d+\])?: \*\*\* .*$")
-_RUNS = "pytest "      # how a record names a suite: "pytest tests/unit"
-
-
-def make_test_lines(text: str) -> List[str]:
-    """The lines of a ``make test`` log that say what ran and how it ended: each suite as
-    ``pytest tests/NAME``, pytest's last line of each run (one per rank under mpirun) and
-    make's error lines. Idempotent, so the record it writes parses the same way; the rest
-    (the install, progress dots, warnings) holds paths of the machine it ran on."""
-    out: List[str] = []
-    for ln in text.splitlines():
-        ln = _ANSI.sub("", ln).rstrip()
-        for rx, fmt in ((_SUITE, _RUNS + "{}"), (_OUTCOME, "{}"), (_MAKE_ERROR, None)):
-            m = rx.search(ln)
-            if m:
-                ln = ln if fmt is None else fmt.format(m.group(1))
-                if not (out and ln == out[-1] and ln.startswith(_RUNS)):
-                    out.append(ln)      # a launcher echoing the command it runs: once
-                break
-    return out
-
-
-def make_test_outcomes(lines: List[str]) -> List[Tuple[str, List[str]]]:
-    """(suite, pytest's last line of each of its runs) in the order they ran, from the
-    lines :func:`make_test_lines` keeps."""
-    out: List[Tuple[str, List[str]]] = []
-    for ln in lines:
-        if ln.startswith(_RUNS):
-            out.append((ln[len(_RUNS):], []))
-        elif not _MAKE_ERROR.match(ln) and out:
-            out[-1][1].append(ln)
-    return out
-
-
-def make_test(rec: Records) -> str:
-    text = rec.text("make_test.log")
-    if text is None:
-        return _wrap("No `make test` output is recorded yet: `make test 2>&1 | tee "
-                     "make_test.out`, then `python -m yasgd.bench.report --make-test-log "
-                     "make_test.out`.")
-    lines = make_test_lines(text)
-    suites = make_test_outcomes(lines)
-    errors = [ln for ln in lines if _MAKE_ERROR.match(ln)]
-    if not suites:
-        return "The recorded `make test` log (`examples/results/make_test.log`) names no suite."
-    ends = "; ".join(f"`{suite}` " + (" / ".join(e) or "no result line (interrupted?)")
-                     for suite, e in suites)
-    stop = ("; make stopped: " + "; ".join(f"`{e}`" for e in errors)) if errors else ""
-    return _wrap(f"Pytest's last lines in one `make test` on the benchmarks' 2-core machine "
-                 f"(`examples/results/make_test.log`; one a rank under mpirun): {ends}{stop}.")
-
-
 def headline_results(rec: Records) -> str:
     opt, ar, tp = rec.bench("optimizer"), rec.bench("allreduce"), rec.bench("throughput")
     dat, lb = rec.bench("data"), rec.bench("largebatch")
@@ -169,7 +28,7 @@ def headline_results(rec: Records) -> str:
     def pts(b: int, k: str) -> str:
         v = s.get(b, {}).get(k)
         return "pending" if v is None else f"{v:+.2f} pts"
-    _, info = _train_log(rec)
+    _, info = make_train_info(rec)
     import yasgd.simulate as sim
     paper = rec.json("paper.json")["yasgd"]
     pr = sim.predict(preset="abci2019", gpus=paper["gpus"], batch=paper["batch"], epochs=90)
