@@ -10,7 +10,11 @@ import stat
 from typing import Dict, List, Tuple
 
 from yasgd.bench.output import write_text
-from yasgd.bench.report_util import DEFAULT_RESULTS, Records, _fold, _wrap
+from yasgd.bench.report_util import Records, _fold, _wrap
+
+
+#: how ``yasgd train`` prints its last line, "final test accuracy: 0.9112 (91.12 %) after ..."
+_FINAL = "final test accuracy: "
 
 
 def make_train_info(rec: Records) -> Tuple[str, dict]:
@@ -23,7 +27,7 @@ def make_train_info(rec: Records) -> Tuple[str, dict]:
     m = re.search(r"(\d+) steps/epoch, (\d+) epochs", text)
     if m:
         info["steps"], info["epochs"] = int(m.group(1)), int(m.group(2))
-    m = re.search(r"final test accuracy: ([0-9.]+) \(([0-9.]+) %\) after (\d+) epochs, ([0-9.]+) s",
+    m = re.search(re.escape(_FINAL) + r"([0-9.]+) \(([0-9.]+) %\) after (\d+) epochs, ([0-9.]+) s",
                   text)
     if m:
         info["acc_pct"], info["train_s"] = float(m.group(2)), float(m.group(4))
@@ -35,7 +39,7 @@ _TRAIN_BANNER = re.compile(r"yasgd: \S+ on \S+, \d+ ranks? x .*\d+ steps/epoch, 
                            r"optimizer \S+$")
 _TRAIN_EPOCH = re.compile(r"epoch +(\d+)/\d+  loss \S+  .*\d+\.\ds(  test-acc \S+)?$")
 _TRAIN_END = re.compile(r"(?:resumed from \S+: \d+ epochs|target top-1 \S+ reached after|"
-                        r"final test accuracy: [0-9.]+ \(|run directory: |yasgd: error: )")
+                        + re.escape(_FINAL) + r"[0-9.]+ \(|run directory: |yasgd: error: )")
 _TRAIN_GAP = "..."
 # the run prints its run directory as an absolute path: the record keeps its last two parts,
 # run.dir's folder and the run's own (runs/demo-YYYYmmdd-HHMMSS), no path of the machine
@@ -53,20 +57,20 @@ def make_train_lines(text: str) -> List[str]:
     out), how the run ended (the run directory as ``runs/NAME``), and make's error lines; the
     progress bar (carriage returns, terminal colours) and the install's output are dropped.
     Idempotent."""
-    found: List[Tuple[int, str]] = []          # (epoch, line), epoch 0 for the other lines
+    # (epoch, evaluated, line); epoch 0 for the lines that are not an epoch's
+    found: List[Tuple[int, bool, str]] = []
     for phys in text.splitlines():
         for seg in phys.split("\r"):          # the progress bar redraws its line
             ln = _ANSI.sub("", seg).strip()
             m = _TRAIN_EPOCH.match(ln)
             if m:
-                found.append((int(m.group(1)), ln))
+                found.append((int(m.group(1)), bool(m.group(2)), ln))
             elif _TRAIN_BANNER.match(ln) or _TRAIN_END.match(ln) or _MAKE_ERROR.match(ln):
-                found.append((0, _RUN_DIR.sub(_run_dir, ln)))
-    epochs = [i for i, (n, _) in enumerate(found) if n]
-    keep = [i for i in epochs if i in (epochs[0], epochs[-1]) or
-            _TRAIN_EPOCH.match(found[i][1]).group(2)]
+                found.append((0, False, _RUN_DIR.sub(_run_dir, ln)))
+    epochs = [i for i, (n, _, _) in enumerate(found) if n]
+    keep = [i for i in epochs if i in (epochs[0], epochs[-1]) or found[i][1]]
     out: List[str] = []
-    for i, (n, ln) in enumerate(found):
+    for i, (n, _, ln) in enumerate(found):
         if n and i not in keep:
             continue
         out.append(ln)
@@ -155,7 +159,7 @@ def make_test(rec: Records) -> str:
 
 
 def _ran_to_the_end(lines: List[str]) -> bool:
-    return any(ln.startswith("final test accuracy: ") for ln in lines)
+    return any(ln.startswith(_FINAL) for ln in lines)
 
 
 #: what ``--make-train-log`` / ``--make-test-log`` record: the record's file, the lines kept
@@ -189,7 +193,3 @@ def write_record(results: str, name: str, lines: List[str]) -> str:
     write_text(path, "\n".join(lines) + "\n")
     return path
 
-
-def record_log(which: str, log: str, results: str = DEFAULT_RESULTS) -> str:
-    """:func:`read_log`, then :func:`write_record`: what ``--make-WHICH-log`` records."""
-    return write_record(results, *read_log(which, log))
