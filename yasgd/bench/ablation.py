@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence
 
 from yasgd.bench import common, study_report as sr
 from yasgd.bench.study_plan import FULL, QUICK, ablation_arms, select
-from yasgd.bench.study_run import Study, compute, default_jobs, run_bench, table_hardware
+from yasgd.bench.study_run import Study, compute, run_bench, table_hardware
 
 NAME = "ablation"
 
@@ -235,12 +235,11 @@ def run(out_dir: str = "results", quick: bool = False, jobs: Optional[int] = Non
         arms: Sequence[str] = (), max_runs: Optional[int] = None,
         stop_after: Optional[float] = None, cache: Optional[str] = None) -> dict:
     scale = QUICK if quick else FULL
-    jobs = default_jobs() if jobs is None else jobs
     chosen = select(ablation_arms(scale), arms)
     return run_bench(f"bench ablation{' (--quick)' if quick else ''}: {len(chosen)} arms at "
                      f"batch {scale.big:,} (and the batch-256 baseline), {scale.epochs} epochs a "
-                     f"run, {jobs} runs side by side", chosen, scale, out_dir, quick, jobs,
-                     max_runs, stop_after, cache, report)
+                     f"run", chosen, scale, out_dir, quick, jobs, max_runs, stop_after, cache,
+                     report)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -35,7 +35,7 @@ from yasgd.bench import common, study_report as sr
 from yasgd.bench.largebatch_plots import plot_accuracy, plot_epochs
 from yasgd.bench.study import BASELINE_BATCH
 from yasgd.bench.study_plan import FULL, QUICK, _batch_label, headline_arms, recipe_text, select
-from yasgd.bench.study_run import Study, compute, default_jobs, run_bench, table_hardware
+from yasgd.bench.study_run import Study, compute, run_bench, table_hardware
 
 NAME = "largebatch"
 
@@ -165,11 +165,10 @@ def run(out_dir: str = "results", quick: bool = False, jobs: Optional[int] = Non
         arms: Sequence[str] = (), max_runs: Optional[int] = None,
         stop_after: Optional[float] = None, cache: Optional[str] = None) -> dict:
     scale = QUICK if quick else FULL
-    jobs = default_jobs() if jobs is None else jobs
     chosen = select(headline_arms(scale), arms)
     return run_bench(f"bench largebatch{' (--quick)' if quick else ''}: {len(chosen)} arms, "
-                     f"{scale.epochs} epochs a run, {jobs} runs side by side", chosen, scale,
-                     out_dir, quick, jobs, max_runs, stop_after, cache, report)
+                     f"{scale.epochs} epochs a run", chosen, scale, out_dir, quick, jobs,
+                     max_runs, stop_after, cache, report)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

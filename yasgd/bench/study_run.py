@@ -222,14 +222,16 @@ def compute(records: Sequence[Dict[str, object]], searches: Sequence[Search]) ->
 
 
 def run_bench(intro: str, arms: Sequence[Arm], scale: Scale, out_dir: str, quick: bool,
-              jobs: int, max_runs: Optional[int], stop_after: Optional[float],
+              jobs: Optional[int], max_runs: Optional[int], stop_after: Optional[float],
               cache: Optional[str], report: Callable[..., dict]) -> dict:
-    """One sitting of a training bench: train what its arms still need, rewriting the
-    report (``report(study, searches, out_dir, quick, jobs, wall, partial, progress)``)
-    after every run, then the final report (with the plots) of what the cache holds."""
+    """One sitting of a training bench: train what its arms still need, ``jobs`` runs side
+    by side (:func:`default_jobs` when None), rewriting the report (``report(study,
+    searches, out_dir, quick, jobs, wall, partial, progress)``) after every run, then the
+    final report (with the plots) of what the cache holds."""
+    jobs = default_jobs() if jobs is None else jobs
     os.makedirs(out_dir, exist_ok=True)     # --max-runs 0 writes the report and nothing else
     study = Study(arms, scale, out_dir, cache)
-    common.say(f"{intro}; cache {study.cache.root}")
+    common.say(f"{intro}, {jobs} runs side by side; cache {study.cache.root}")
     t0 = time.time()
     searches = study.run(jobs, max_runs=max_runs,
                          stop_after_s=None if stop_after is None else 60 * stop_after,
