@@ -15,6 +15,10 @@ from yasgd.bench.report_util import Records, _fold, _wrap
 
 #: how ``yasgd train`` prints its last line, "final test accuracy: 0.9112 (91.12 %) after ..."
 _FINAL = "final test accuracy: "
+# what both records strip and keep: terminal colours (pytest colours its output when mpirun
+# gives the ranks a terminal, and so does the progress bar) and make's error lines
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_MAKE_ERROR = re.compile(r"^make(?:\[\d+\])?: \*\*\* .*$")
 
 
 def make_train_info(rec: Records) -> Tuple[str, dict]:
@@ -89,10 +93,10 @@ def make_train(rec: Records) -> str:
     out = ["```"] + lines + ["```", ""]
     if info.get("train_s") and info.get("epochs"):
         out.append(_wrap(f"(Recorded in `examples/results/make_train.log`: {info['epochs']} "
-                         f"epochs of "
-                   f"{info['steps']} LARS steps, {info['train_s']:.1f} s of training, "
-                   f"{info['train_s'] / info['epochs']:.1f} s an epoch on the 2-core machine "
-                   f"of the benchmarks; epochs without evaluation are left out of the record"
+                         f"epochs of {info['steps']} LARS steps, {info['train_s']:.1f} s of "
+                         f"training, {info['train_s'] / info['epochs']:.1f} s an epoch on the "
+                         f"2-core machine of the benchmarks; epochs without evaluation are left "
+                         f"out of the record"
                          + ("; long lines folded)" if len(lines) > len(text.splitlines())
                             else ")")))
     return "\n".join(out)
@@ -104,9 +108,6 @@ _SUITE = re.compile(r"\bpytest\b.*?\s(tests/[\w./-]+)\s*$")
 # mpirun the ranks' output interleaves, so one may follow another's progress on its line
 _OUTCOME = re.compile(r"(?<!\w)((?:\d+ \w+|no tests ran)(?:, \d+ \w+)* in [0-9.]+s"
                       r"(?: \(\d+:\d\d:\d\d\))?)\s*=*$")
-# terminal colours (pytest colours its output when mpirun gives the ranks a terminal)
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_MAKE_ERROR = re.compile(r"^make(?:\[\d+\])?: \*\*\* .*$")
 _RUNS = "pytest "      # how a record names a suite: "pytest tests/unit"
 
 
@@ -192,4 +193,3 @@ def write_record(results: str, name: str, lines: List[str]) -> str:
     path = os.path.join(results, name)
     write_text(path, "\n".join(lines) + "\n")
     return path
-
