@@ -71,7 +71,15 @@ def test_ablation_quick_resumes_after_sigterm_and_shares_runs_with_largebatch(tm
     # every run in the table is in the cache, the interrupted runs' results were kept
     keys = {r["key"] for r in d["records"]}
     assert {k[:-5] for k in kept} <= keys <= {p.name[:-5] for p in cache.glob("*.json")}
-    assert len(d["setup"]["code_versions"]) == 1
+    # one code version: each module any run loaded, with the digest every run recorded
+    from yasgd.bench import runcache
+    code, ran = d["setup"]["code"], [json.loads((cache / f"{k}.json").read_text())
+                                     for k in keys]
+    assert all(e["code"].items() <= code["modules"].items() for e in ran)
+    assert set(code["modules"]) == {m for e in ran for m in e["code"]}
+    assert code["version"] == runcache.code_version(code["modules"], code["env"])
+    assert f"Code version of every run in this table: {code['version']}, " in (
+        out / "bench_ablation.md").read_text()
     # every run records the machine it trained on; the report names it, run by run
     from yasgd.bench import machine
     here = machine.machine_label()

@@ -186,7 +186,7 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
     t = tables(summaries)
     records = [sr.relative_paths(r, out_dir) for r in study.records(searches)]
     comp = compute(records, searches)
-    versions = sorted({r.get("code_version") for r in records if r.get("code_version")})
+    code = study.code(searches)
     rb = t["recipe_minus_baseline_8k"]
     acc = [sr.grids_line(summaries),
            common.acceptance("yasgd recipe at 8K within 1.0 point of the batch-256 baseline "
@@ -205,8 +205,7 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
              "larger of the two arms' spreads, once both have every seed.",
              _validation_note(t["best_on_validation"]),
              sr.compute_note(comp, jobs),
-             f"Code version of every run in this table: {', '.join(versions) or 'n/a'} (the "
-             f"cache reads only runs of the checkout's code)."]
+             sr.code_note(code)]
     if partial:
         done = sum(1 for s in summaries if s["complete"])
         notes.insert(0, f"PARTIAL: {done} of {len(summaries)} arms complete; at least "
@@ -217,7 +216,7 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
         + sr.search_table(summaries), notes=notes,
         title="What each technique buys at 8K (yasgd bench ablation)",
         setup={"scale": dict(study.scale.__dict__), "arms": summaries, "compute": comp,
-               "code_versions": versions, "wall_s": round(wall, 1), "jobs": jobs},
+               "code": code, "wall_s": round(wall, 1), "jobs": jobs},
         quick=quick, hw=table_hardware(records, jobs), acceptance_lines=acc,
         plots=[plot] if plot else [],
         extra={"seeds": sr.seeds_of(summaries), "recipe_minus_baseline_8k": rb,

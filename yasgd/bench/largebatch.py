@@ -118,7 +118,7 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
     rows = summary_rows(summaries)
     records = [sr.relative_paths(r, out_dir) for r in study.records(searches)]
     comp = compute(records, searches)
-    versions = sorted({r.get("code_version") for r in records if r.get("code_version")})
+    code = study.code(searches)
     acc = acceptance(summaries, rows, scale)
     t1 = headline_table(summaries, rows, scale)
     table = (t1 + "\n\nEvery arm's LR search (validation top-1, seed 0) and seeds (test "
@@ -135,7 +135,7 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
              f"batch/256. yasgd recipe: {recipe_text()}; lr = c x sqrt(batch/4096). Cells: "
              "mean over seeds ± half the spread (max - min).",
              sr.compute_note(comp, jobs),
-             f"Code version of every run in this table: {', '.join(versions) or 'n/a'}."]
+             sr.code_note(code)]
     if partial:
         done = sum(1 for s in summaries if s["complete"])
         notes.insert(0, f"PARTIAL: {done} of {len(summaries)} arms complete; at least "
@@ -148,7 +148,7 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
         out_dir, NAME, records, table, notes=notes,
         title="Large-batch training in miniature: SGD vs yasgd's recipe (yasgd bench largebatch)",
         setup={"scale": dict(scale.__dict__), "arms": summaries, "summary": rows,
-               "compute": comp, "code_versions": versions, "wall_s": round(wall, 1),
+               "compute": comp, "code": code, "wall_s": round(wall, 1),
                "jobs": jobs},
         quick=quick, hw=table_hardware(records, jobs), acceptance_lines=acc, plots=plots,
         extra={"seeds": sr.seeds_of(summaries), "partial": partial})

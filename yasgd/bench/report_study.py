@@ -5,14 +5,12 @@ Markdown cannot differ.
 """
 from __future__ import annotations
 
-import glob
-import json
 import os
 from types import SimpleNamespace
 from typing import Dict, List, Optional
 
 from yasgd.bench import common, runcache, study_plan, study_report as sr
-from yasgd.bench.report_util import DEFAULT_RESULTS, Records, _hardware, _notes, _rel
+from yasgd.bench.report_util import Records, _hardware, _notes, _rel
 
 
 def _scale(d: dict) -> SimpleNamespace:
@@ -32,27 +30,18 @@ def _status(d: dict) -> List[str]:
 
 def _code_line(d: dict, rec: Records) -> List[str]:
     """Whether the runs of the tables ran this checkout's training code: the cache's own
-    test (``RunCache.why_stale``) on a cached run of their code version (the version
-    itself, a digest, is in the bench's JSON and Markdown)."""
-    versions = d["setup"]["code_versions"]
-    n = "one code version" if len(versions) == 1 else f"{len(versions)} code versions"
-    root = os.path.join(rec.dir, "runs_cache")
-    root = root if os.path.isdir(root) else os.path.join(DEFAULT_RESULTS, "runs_cache")
-    for path in sorted(glob.glob(os.path.join(root, "*.json"))):
-        try:
-            with open(path) as f:
-                entry = json.load(f)
-            ran = runcache.code_version(entry["code"], entry["env"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if ran in versions:
-            why = runcache.RunCache(root).why_stale(entry)
-            if why is None:
-                return [f"Every run in these tables ran {n}: this checkout's training code."]
-            return [f"Every run in these tables ran {n}, and this checkout's training code "
-                    f"is not that code ({why}): run again, the bench trains every run anew "
-                    f"instead of reading the cache."]
-    return [f"Every run in these tables ran {n}."]
+    test (``RunCache.why_stale``) on the code they ran (``setup.code``: each module's source
+    digest and the environment, as the runs recorded them)."""
+    code = d["setup"]["code"]
+    if not code.get("version"):
+        return []
+    cache = runcache.RunCache(os.path.join(rec.dir, "runs_cache"))
+    why = cache.why_stale({"code": code["modules"], "env": code["env"]})
+    if why is None:
+        return ["Every run in these tables ran one code version: this checkout's training code."]
+    return [f"Every run in these tables ran one code version, and this checkout's training "
+            f"code is not that code ({why}): run again, the bench trains every run anew "
+            f"instead of reading the cache."]
 
 
 def _plan_line(d: dict, plan) -> List[str]:

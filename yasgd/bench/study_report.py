@@ -78,6 +78,16 @@ def compute_note(comp: Dict[str, object], jobs: int) -> str:
                + ": the same command continues from the cache."))
 
 
+def code_note(code: Dict[str, object]) -> str:
+    """The code every run of a table ran (``Study.code``): one version, each module once."""
+    if not code.get("version"):
+        return "Code version of every run in this table: n/a (no runs)."
+    return (f"Code version of every run in this table: {code['version']}, one source of each "
+            f"of the {len(code['modules'])} yasgd modules the runs loaded (the JSON's "
+            f"setup.code lists each with its SHA-256); the cache reads only runs of the "
+            f"checkout's code.")
+
+
 def method_note(scale) -> str:
     return (f"Method, fixed before any run: each arm's LR is searched on a validation split, "
             f"the {min(60000 - scale.limit, scale.eval_limit or 60000):,} Fashion-MNIST training "

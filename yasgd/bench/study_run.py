@@ -89,6 +89,32 @@ class Study:
                 out.append(rec)
         return out
 
+    @staticmethod
+    def code(searches: Sequence[Search]) -> Dict[str, object]:
+        """The training code the runs of ``searches`` ran, from what each run recorded: every
+        ``yasgd`` module any of them loaded with its one source digest (an arm that loads a
+        module the others do not, such as ``yasgd.bn`` for precise BN, adds it), their one
+        environment, and ``version``, the digest of both. The cache serves only runs of this
+        checkout's code, so a module with two digests (or two environments) means the code
+        changed while the bench ran; that is never built into a table."""
+        modules: Dict[str, str] = {}
+        envs: List[object] = []
+        for s in searches:
+            for res in s.results.values():
+                for m, sha in (res.get("code") or {}).items():
+                    if modules.setdefault(m, sha) != sha:
+                        raise RuntimeError(f"the runs of this table ran two versions of {m}: "
+                                           f"the code changed while the bench ran; run it "
+                                           f"again")
+                if res.get("env") is not None and res["env"] not in envs:
+                    envs.append(res["env"])
+        if len(envs) > 1:
+            raise RuntimeError(f"the runs of this table ran in {len(envs)} environments: "
+                               f"{envs}; run it again")
+        env = envs[0] if envs else {}
+        return {"modules": dict(sorted(modules.items())), "env": env,
+                "version": runcache.code_version(modules, env) if modules else None}
+
     # -- one run ---------------------------------------------------------------------
     def _train(self, run: Run, threads: int, procs: Dict[str, subprocess.Popen]) -> Dict[str, object]:
         os.makedirs(self.work, exist_ok=True)
