@@ -6,8 +6,10 @@ checked is the method and the files): the interrupted bench keeps every finished
 no worker process behind and exits 130; the same command then trains only what is missing,
 finishes every arm's search and seeds, and writes the JSON (``seeds``,
 ``recipe_minus_baseline_8k``), the table and the plot; ``bench largebatch`` over the same
-cache trains none of the runs the two benches share.
+cache trains none of the runs the two benches share. A bench whose code is edited under it
+stops at the first run of the new code, and the same command then finishes on it.
 """
+import hashlib
 import json
 import os
 import signal
@@ -98,3 +100,46 @@ def test_ablation_quick_resumes_after_sigterm_and_shares_runs_with_largebatch(tm
     assert len(list(cache.glob("*.json"))) == n_before + len(started)
     d2 = json.load(open(out / "bench_largebatch.json"))
     assert {a["arm"] for a in d2["setup"]["arms"]} == {"baseline", "lars-1k", "sgd-1k"}
+
+
+def test_a_bench_whose_code_changes_while_it_runs_stops_with_one_line(tmp_path):
+    """A pull or an edit under a running bench: the run of the new code is kept, the bench
+    stops (one error line, exit 1) instead of asking for that run again and again, and the
+    same command then finishes on the new code, reading the kept run."""
+    import shutil
+    copy = tmp_path / "checkout"
+    shutil.copytree(os.path.join(ROOT, "yasgd"), copy / "yasgd",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "res"
+    env = dict(_env(), PYTHONPATH=str(copy), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-c", "import sys; from yasgd.cli import main; "
+           "sys.exit(main(sys.argv[1:]))", "bench", "largebatch", "--quick", "--arms",
+           "baseline", "--jobs", "1", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        intro = proc.stdout.readline()      # printed once the bench has read its code
+        assert "runs side by side; cache " in intro, intro
+        with open(copy / "yasgd" / "schedule.py", "a") as f:
+            f.write("# an edit while the bench runs\n")
+        rest, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, intro + rest + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "yasgd: error: the training code changed while the bench ran (yasgd.schedule): "), err
+    kept = list((out / "runs_cache").glob("*.json"))
+    assert len(kept) == 1, kept
+
+    done = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    d = json.loads((out / "bench_largebatch.json").read_text())
+    assert kept[0].name[:-5] in {r["key"] for r in d["records"]}
+    started = [ln for ln in done.stdout.splitlines() if " started] " in ln]
+    assert len(started) == len(d["records"]) - 1, done.stdout
+    assert d["setup"]["code"]["modules"]["yasgd.schedule"] == hashlib.sha256(
+        (copy / "yasgd" / "schedule.py").read_bytes()).hexdigest()

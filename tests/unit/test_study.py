@@ -446,3 +446,41 @@ def test_default_jobs_never_more_than_a_run_a_core(monkeypatch, cores, jobs):
     from yasgd.bench import study_run
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     assert study_run.default_jobs() == jobs
+
+
+def test_a_run_of_changed_code_stops_the_bench_instead_of_training_it_again(tmp_path,
+                                                                              monkeypatch):
+    """A pull or an edit while a bench runs: the run that ran the new code is kept in the
+    cache, the bench stops with one line naming the module, and never trains it again (its
+    entry is not of the code the bench started on, so it would be asked for forever)."""
+    from yasgd.bench import study_run
+    scale = plan.QUICK
+    arm = plan.headline_arms(scale)[0]
+    st = study_run.Study([arm], scale, str(tmp_path))
+    assert st.code_at_start["yasgd.schedule"] == _sha(
+        os.path.join(os.path.dirname(config_mod.__file__), "schedule.py"))
+    assert st.code_at_start["yasgd.optim"] == _sha(
+        os.path.join(os.path.dirname(config_mod.__file__), "optim", "__init__.py"))
+    trained = []
+
+    def train(run, threads, procs):     # what a worker records after the edit
+        trained.append(run.key)
+        code = dict(st.code_at_start, **{"yasgd.schedule": "0" * 64})
+        return {"val_top1": 0.5, "test_top1": 0.5, "wall_s": 1.0, "code": code,
+                "env": runcache.environment()}
+    monkeypatch.setattr(st, "_train", train)
+    with pytest.raises(study_run.CodeChanged, match=r"changed while the bench ran "
+                                                     r"\(yasgd.schedule\)"):
+        st.run(1, max_runs=5)       # bounded: without the stop it trains the run 5 times
+    assert len(trained) == 1
+    assert (tmp_path / "runs_cache" / f"{trained[0]}.json").exists()
+
+    # the same result of unchanged code is simply the next run's
+    trained.clear()
+    st2 = study_run.Study([arm], scale, str(tmp_path / "b"))
+    monkeypatch.setattr(st2, "_train", lambda run, threads, procs: (
+        trained.append(run.key) or {"val_top1": 0.5, "test_top1": 0.5, "wall_s": 1.0,
+                                    "code": dict(st2.code_at_start),
+                                    "env": runcache.environment()}))
+    st2.run(1, max_runs=2)
+    assert len(trained) == 2

@@ -4,10 +4,13 @@ cache (yasgd.bench.runcache) before the next is chosen, a partial report after e
 
 An interruption (SIGINT, SIGTERM) stops the runs in flight and keeps every finished one;
 the same command continues from the cache. ``max_runs`` and ``stop_after_s`` bound one
-sitting: no run starts past them, the runs in flight finish.
+sitting: no run starts past them, the runs in flight finish. A run that recorded other code
+than the bench started on (a pull or an edit under it) stops the bench (``CodeChanged``):
+its entry is not of the code the bench reads, so the bench would ask for it again and again.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -20,10 +23,33 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from yasgd.bench import common, machine, runcache
 from yasgd.bench.study import Arm, Run, Search, runs_left, search
 from yasgd.bench.study_plan import Scale, overrides
+from yasgd.meter import TrainingError
 
 
 class Interrupted(KeyboardInterrupt):
     pass
+
+
+class CodeChanged(TrainingError):
+    """A run ran other code than the bench started on (a pull or an edit while it ran): the
+    bench cannot go on (one ``yasgd: error:`` line, exit 1)."""
+
+
+def package_code() -> Dict[str, str]:
+    """{module: SHA-256 of its source} for every module of the ``yasgd`` package on disk,
+    the digest a run records for each module it imports (``runcache.loaded_code``)."""
+    root = os.path.join(machine.REPO_ROOT, "yasgd")
+    out = {}
+    for d, _, files in os.walk(root):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            parts = os.path.relpath(os.path.join(d, name[:-3]), machine.REPO_ROOT).split(os.sep)
+            if parts[-1] == "__init__":
+                parts.pop()
+            with open(os.path.join(d, name), "rb") as f:
+                out[".".join(parts)] = hashlib.sha256(f.read()).hexdigest()
+    return out
 
 
 DEFAULT_JOBS = 2
@@ -59,6 +85,7 @@ class Study:
         self._keys: Dict[Tuple[str, float, int], Run] = {}
         self.failed: Dict[str, str] = {}
         self.machine = machine.machine_label()     # recorded with every run trained here
+        self.code_at_start = package_code()
 
     def run_of(self, arm: Arm, factor: float, seed: int) -> Run:
         k = (arm.name, factor, seed)
@@ -200,6 +227,15 @@ class Study:
                                       if not o.startswith(("run.dir=", "run.name="))],
                         "config": runcache.config_dict(run.overrides),
                         "code": res.get("code"), "env": res.get("env"), "result": res})
+                    changed = sorted(m for m, sha in (res.get("code") or {}).items()
+                                     if self.code_at_start.get(m) != sha)
+                    if changed:     # its entry is kept: a run of the new code
+                        raise CodeChanged(
+                            f"the training code changed while the bench ran "
+                            f"({', '.join(changed)}): a table is built from runs of one code "
+                            f"version; {len(in_flight)} run(s) in flight stopped, every "
+                            f"finished run is in {self.cache.root}; the same command "
+                            f"continues on the new code")
                     v = res.get("val_top1")
                     common.say(f"  [{started} started] {run.arm.name} lr {run.lr:g} seed "
                                f"{run.seed}: validation "
@@ -207,15 +243,17 @@ class Study:
                                f"{res['wall_s']:.0f} s")
                     if on_progress:
                         on_progress(self.searches(), True)
-        except Interrupted as e:
+        except (Interrupted, CodeChanged) as e:
             for p in list(procs.values()):
                 try:
                     os.killpg(p.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
             ex.shutdown(wait=True, cancel_futures=True)
-            common.say(f"interrupted by {e}: {len(in_flight)} run(s) in flight stopped; every "
-                       f"finished run is in {self.cache.root}; the same command continues")
+            if isinstance(e, Interrupted):
+                common.say(f"interrupted by {e}: {len(in_flight)} run(s) in flight stopped; "
+                           f"every finished run is in {self.cache.root}; the same command "
+                           f"continues")
             raise
         finally:
             ex.shutdown(wait=True, cancel_futures=True)
