@@ -367,7 +367,7 @@ def test_a_table_has_one_code_version_over_the_modules_its_runs_loaded():
     """An arm that loads one module more (precise BN loads yasgd.bn) is the same code: the
     table's version covers every module any run loaded, each with its one digest; two digests
     of a module, or two environments, are never one table."""
-    from yasgd.bench.study_run import Study
+    from yasgd.bench.study_run import CodeChanged, Study
     env = runcache.environment()
     a, b, c = "1" * 64, "2" * 64, "3" * 64
 
@@ -379,9 +379,9 @@ def test_a_table_has_one_code_version_over_the_modules_its_runs_loaded():
     assert two == {"modules": {"yasgd.bn": b, "yasgd.train": a}, "env": env,
                    "version": runcache.code_version({"yasgd.bn": b, "yasgd.train": a}, env)}
     assert Study.code(searches(({"yasgd.train": a, "yasgd.bn": b}, env))) == two
-    with pytest.raises(RuntimeError, match="two versions of yasgd.train"):
+    with pytest.raises(CodeChanged, match="two versions of yasgd.train"):
         Study.code(searches(({"yasgd.train": a}, env), ({"yasgd.train": c}, env)))
-    with pytest.raises(RuntimeError, match="2 environments"):
+    with pytest.raises(CodeChanged, match="2 environments"):
         Study.code(searches(({"yasgd.train": a}, env),
                             ({"yasgd.train": a}, dict(env, mxnet="0.0"))))
     assert Study.code([])["version"] is None

@@ -130,14 +130,14 @@ class Study:
             for res in s.results.values():
                 for m, sha in (res.get("code") or {}).items():
                     if modules.setdefault(m, sha) != sha:
-                        raise RuntimeError(f"the runs of this table ran two versions of {m}: "
-                                           f"the code changed while the bench ran; run it "
-                                           f"again")
+                        raise CodeChanged(f"the runs of this table ran two versions of {m}: "
+                                          f"the code changed while the bench ran; run it "
+                                          f"again")
                 if res.get("env") is not None and res["env"] not in envs:
                     envs.append(res["env"])
         if len(envs) > 1:
-            raise RuntimeError(f"the runs of this table ran in {len(envs)} environments: "
-                               f"{envs}; run it again")
+            raise CodeChanged(f"the runs of this table ran in {len(envs)} environments: "
+                              f"{envs}; run it again")
         env = envs[0] if envs else {}
         return {"modules": dict(sorted(modules.items())), "env": env,
                 "version": runcache.code_version(modules, env) if modules else None}
