@@ -7,7 +7,8 @@ no worker process behind and exits 130; the same command then trains only what i
 finishes every arm's search and seeds, and writes the JSON (``seeds``,
 ``recipe_minus_baseline_8k``), the table and the plot; ``bench largebatch`` over the same
 cache trains none of the runs the two benches share. A bench whose code is edited under it
-stops at the first run of the new code, and the same command then finishes on it.
+stops at the first run of the new code, and the same command then finishes on it; a second
+sitting on a cache that one is training into is refused.
 """
 import hashlib
 import json
@@ -143,3 +144,38 @@ def test_a_bench_whose_code_changes_while_it_runs_stops_with_one_line(tmp_path):
     assert len(started) == len(d["records"]) - 1, done.stdout
     assert d["setup"]["code"]["modules"]["yasgd.schedule"] == hashlib.sha256(
         (copy / "yasgd" / "schedule.py").read_bytes()).hexdigest()
+
+
+def test_one_training_sitting_at_a_time_on_a_cache(tmp_path):
+    """A second sitting on a cache a bench is training into is refused at once (one line,
+    exit 2, nothing trained): it would train the same runs again beside the first. A table
+    from the cache as it is (--max-runs 0) is not refused; after the first ends, the second
+    goes on from the cache."""
+    cache = tmp_path / "a" / "runs_cache"
+    first = subprocess.Popen([YASGD, "bench", "largebatch", "--quick", "--arms", "baseline",
+                              "--jobs", "1", "--out", str(tmp_path / "a")], cwd=ROOT,
+                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    try:
+        intro = first.stdout.readline()     # printed once the sitting holds the cache
+        assert "runs side by side; cache " in intro, intro
+        second = _bench("largebatch", tmp_path / "b", "--arms", "baseline", "--jobs", "1",
+                        "--cache", str(cache), timeout=120)
+        peek = _bench("largebatch", tmp_path / "c", "--arms", "baseline", "--max-runs", "0",
+                      "--cache", str(cache), timeout=120)
+        assert first.poll() is None, "the first sitting ended before the checks"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        rest = first.communicate(timeout=120)[0]
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert second.stderr.splitlines() == [
+        f"yasgd: error: --cache {cache}: another bench is training into this cache; the same "
+        f"command continues from it once that one ends (or give another --cache)"]
+    assert not (tmp_path / "b" / "study_runs").exists() and second.stdout == ""
+    assert peek.returncode == 0, peek.stdout + peek.stderr
+    assert first.returncode == 130, intro + rest
+    kept = {p.name for p in cache.glob("*.json")}
+    again = _bench("largebatch", tmp_path / "b", "--arms", "baseline", "--jobs", "1",
+                   "--max-runs", "1", "--cache", str(cache), timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert kept < {p.name for p in cache.glob("*.json")}

@@ -7,9 +7,12 @@ the same command continues from the cache. ``max_runs`` and ``stop_after_s`` bou
 sitting: no run starts past them, the runs in flight finish. A run that recorded other code
 than the bench started on (a pull or an edit under it) stops the bench (``CodeChanged``):
 its entry is not of the code the bench reads, so the bench would ask for it again and again.
+One training sitting at a time holds a cache (``cache_lock``).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -20,6 +23,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from yasgd import UsageError
 from yasgd.bench import common, machine, runcache
 from yasgd.bench.study import Arm, Run, Search, runs_left, search
 from yasgd.bench.study_plan import Scale, overrides
@@ -50,6 +54,27 @@ def package_code() -> Dict[str, str]:
             with open(os.path.join(d, name), "rb") as f:
                 out[".".join(parts)] = hashlib.sha256(f.read()).hexdigest()
     return out
+
+
+@contextlib.contextmanager
+def cache_lock(root: str):
+    """One training sitting at a time on a cache: an exclusive ``flock`` on its directory,
+    held while the sitting runs (the kernel drops it when the process ends, however it ends).
+    A second sitting would train the same runs again, side by side on the same cores."""
+    os.makedirs(root, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"--cache {root}: another bench is training into this cache; "
+                             f"the same command continues from it once that one ends (or "
+                             f"give another --cache)") from None
+        except OSError:
+            pass        # a filesystem without flock: one sitting at a time is the user's to keep
+        yield
+    finally:
+        os.close(fd)
 
 
 DEFAULT_JOBS = 2
@@ -295,11 +320,13 @@ def run_bench(intro: str, arms: Sequence[Arm], scale: Scale, out_dir: str, quick
     jobs = default_jobs() if jobs is None else jobs
     os.makedirs(out_dir, exist_ok=True)     # --max-runs 0 writes the report and nothing else
     study = Study(arms, scale, out_dir, cache)
-    common.say(f"{intro}, {jobs} runs side by side; cache {study.cache.root}")
-    t0 = time.time()
-    searches = study.run(jobs, max_runs=max_runs,
-                         stop_after_s=None if stop_after is None else 60 * stop_after,
-                         on_progress=lambda ss, p: report(study, ss, out_dir, quick, jobs,
-                                                          time.time() - t0, True, True))
-    partial = any(not s.done for s in searches)
-    return report(study, searches, out_dir, quick, jobs, time.time() - t0, partial)
+    # --max-runs 0 trains nothing: the tables of the cache as it is, beside a sitting
+    with cache_lock(study.cache.root) if max_runs != 0 else contextlib.nullcontext():
+        common.say(f"{intro}, {jobs} runs side by side; cache {study.cache.root}")
+        t0 = time.time()
+        searches = study.run(jobs, max_runs=max_runs,
+                             stop_after_s=None if stop_after is None else 60 * stop_after,
+                             on_progress=lambda ss, p: report(study, ss, out_dir, quick, jobs,
+                                                              time.time() - t0, True, True))
+        partial = any(not s.done for s in searches)
+        return report(study, searches, out_dir, quick, jobs, time.time() - t0, partial)
