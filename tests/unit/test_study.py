@@ -484,3 +484,26 @@ def test_a_run_of_changed_code_stops_the_bench_instead_of_training_it_again(tmp_
                                     "env": runcache.environment()}))
     st2.run(1, max_runs=2)
     assert len(trained) == 2
+
+
+def test_the_docs_say_whether_the_tables_ran_this_checkouts_code(tmp_path):
+    """The pages' code line applies the cache's own test to the code the tables recorded."""
+    import yasgd.schedule as sched
+    from yasgd.bench import report_study
+    from yasgd.bench.report_util import Records
+    env = runcache.environment()
+
+    def line(modules, e=env):
+        code = {"modules": modules, "env": e, "version": runcache.code_version(modules, e)}
+        return report_study._code_line({"setup": {"code": code}}, Records(str(tmp_path)))
+    assert line({"yasgd.schedule": _sha(sched.__file__)}) == [
+        "Every run in these tables ran one code version: this checkout's training code."]
+    stale = line({"yasgd.schedule": "0" * 64})
+    assert len(stale) == 1 and stale[0].startswith(
+        "Every run in these tables ran one code version, and this checkout's training code "
+        "is not that code (changed since: yasgd.schedule): run again"), stale
+    assert "environment" in line({"yasgd.schedule": _sha(sched.__file__)},
+                                 dict(env, mxnet="0.0"))[0]
+    assert report_study._code_line({"setup": {"code": {"modules": {}, "env": {},
+                                                       "version": None}}},
+                                   Records(str(tmp_path))) == []
