@@ -313,7 +313,14 @@ def _check_out_dir(path: str, what: str) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:   # commands without stop handlers (data, bench, ...), parsing
+        sys.stderr.write("yasgd: interrupted\n")
+        return 130
+
+
+def _main(argv: List[str]) -> int:
     if argv[:1] == ["launch"]:
         from yasgd import launch
         try:
@@ -332,9 +339,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UsageError as e:
         print(f"yasgd: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:   # commands without stop handlers (data, bench, ...)
-        sys.stderr.write("yasgd: interrupted\n")
-        return 130
+    except KeyboardInterrupt:
+        raise                               # main() reports it
     except BaseException as e:
         from yasgd import faults
         if isinstance(e, (faults.Terminated, faults.Interrupted)):

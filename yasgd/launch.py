@@ -20,8 +20,16 @@ same signal, straight to every rank (not through mpirun, which would start
 killing them): the ranks stop together at the next step, write a checkpoint,
 leave a stop marker (``YASGD_STOP_FILE``, see yasgd.faults) and exit 0, so that
 mpirun ends at once; the launcher then exits 130 (SIGINT) or 143 (SIGTERM). A
-second SIGINT kills the whole job at once (exit 130; the previous checkpoint is
-intact). A job that finished before the signal took effect exits 0. A bad argument
+SIGHUP (the terminal or the ssh session closed) stops the ranks as SIGTERM does,
+unless the launcher was started with SIGHUP ignored (``nohup``). A second
+signal kills the whole job at once (exit 128 + its number; the previous
+checkpoint is intact), and so does ``--stop-timeout`` (default 120 s) when the job
+has not ended that long after the first: the launcher never waits for good on
+ranks that do not stop. A signal before any rank started ends the launcher at once
+(exit 128 + its number) with one line. A launcher killed outright (SIGKILL, the
+out-of-memory killer) takes its job with it: mpirun gets SIGTERM when the launcher
+dies (``PR_SET_PDEATHSIG``) and ends its ranks. A job that finished before the
+signal took effect exits 0. A bad argument
 (``-np 0``, more than 8 ranks a core, no command, one that is not found) is one
 ``yasgd: error: launch: ...`` line and exit status 2; so is a ``yasgd train`` command
 whose config or overrides are bad for ``-np`` ranks (checked once, before mpirun). A launcher that has had no rank
@@ -36,24 +44,21 @@ before it exits, ends a failed job soon after the failure.
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from typing import List, Optional
 
 from yasgd import UsageError, argtypes
+from yasgd.supervise import (STOP_FILE_ENV, STOP_TIMEOUT_S, Stopped, raise_stopped, say,
+                             stop_signals, supervise)
 
-STOP_FILE_ENV = "YASGD_STOP_FILE"   # yasgd.faults.STOP_FILE_ENV (not imported: no numpy here)
 
 
 SINGLE_COPY_VAR = "OMPI_MCA_btl_vader_single_copy_mechanism"
-POLL_S = 0.5          # how often the supervisor looks at mpirun and its ranks
-STUCK_AFTER_S = 30.0  # a launcher with no rank left this long has hung: see _wait
 
 
 def single_copy_allowed() -> bool:
@@ -157,7 +162,7 @@ class _Parser(argparse.ArgumentParser):
 def parser(prog: str = "python -m yasgd.launch") -> argparse.ArgumentParser:
     """The launcher's arguments (``yasgd launch`` gives ``prog="yasgd launch"``)."""
     p = _Parser(prog=prog, description=__doc__.splitlines()[0],
-                usage=f"{prog} -np N [--timeout S] [--gloo] [--grace S] "
+                usage=f"{prog} -np N [--timeout S] [--gloo] [--grace S] [--stop-timeout S] "
                       "[--no-tuning-defaults] -- COMMAND ...")
     p.add_argument("-np", type=argtypes.integer(1), default=2, metavar="N",
                    help="ranks (default: 2)")
@@ -167,6 +172,10 @@ def parser(prog: str = "python -m yasgd.launch") -> argparse.ArgumentParser:
     p.add_argument("--grace", type=argtypes.integer(0, "seconds", hi=3600), default=None, metavar="S",
                    help="seconds between mpirun's SIGTERM and SIGKILL to the ranks (default: "
                         "$OMPI_MCA_odls_base_sigkill_timeout, else 3)")
+    p.add_argument("--stop-timeout", type=argtypes.seconds(), default=STOP_TIMEOUT_S,
+                   metavar="S", help="after a SIGINT or SIGTERM to the launcher, kill the job "
+                   "if it has not ended within S seconds (default: %(default).0f); the ranks "
+                   "stop at the next step and write a checkpoint long before")
     p.add_argument("--no-tuning-defaults", action="store_true",
                    help="do not fill in jobs/common.sh's tuning variables (HOROVOD_*, MXNET_*, "
                         "...): run with the environment exactly as given")
@@ -176,8 +185,22 @@ def parser(prog: str = "python -m yasgd.launch") -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None, prog: str = "python -m yasgd.launch") -> int:
-    p = parser(prog)
-    args = p.parse_args(argv)
+    previous = {sig: signal.signal(sig, raise_stopped) for sig in stop_signals()}
+    try:
+        p = parser(prog)
+        return _launch(p, p.parse_args(argv))
+    except Stopped as stop:
+        say(f"yasgd.launch: stopped by {signal.Signals(stop.signum).name} before any rank "
+             "started")
+        return 128 + stop.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _launch(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """main() after its arguments are parsed; a stop signal raises Stopped until
+    :func:`yasgd.supervise.supervise` takes the signals over."""
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         p.error("no command given (put it after --)")
@@ -230,49 +253,7 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m yasgd.launch")
             p.error(str(e))
     with tempfile.TemporaryDirectory(prefix="yasgd-launch-") as tmp:
         env[STOP_FILE_ENV] = os.path.join(tmp, "stopped")
-        return _supervise(cmd, env, args.timeout)
-
-
-def _stat(path: str) -> Optional[List[str]]:
-    """The fields of a ``/proc/PID/stat`` after the command name (state first, then the
-    parent pid), or None when the process is gone."""
-    try:
-        with open(path) as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def _live(fields: Optional[List[str]]) -> bool:
-    """Whether :func:`_stat`'s fields are those of a process that is not a zombie."""
-    return bool(fields) and fields[0] != "Z"
-
-
-def _children() -> dict:
-    """Live (not zombie) processes of this host by parent pid, from /proc."""
-    kids: dict = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        fields = _stat(stat)
-        if _live(fields):
-            kids.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
-    return kids
-
-
-def _live_children(pid: int) -> List[int]:
-    """The live (not zombie) children of ``pid``: from its own ``/proc/PID/task/*/children``
-    (a few small reads, as the supervisor does every poll of a long job), else from a scan
-    of the whole of /proc (kernels without that file)."""
-    lists = glob.glob(f"/proc/{pid}/task/*/children")
-    if not lists:
-        return _children().get(pid, [])
-    kids = []
-    for path in lists:
-        try:
-            with open(path) as f:
-                kids += [int(k) for k in f.read().split()]
-        except (OSError, ValueError):
-            pass
-    return [kid for kid in kids if _live(_stat(f"/proc/{kid}/stat"))]
+        return supervise(cmd, env, args.timeout, stop_timeout=args.stop_timeout)
 
 
 def train_arguments(command: List[str]) -> Optional[List[str]]:
@@ -285,105 +266,6 @@ def train_arguments(command: List[str]) -> Optional[List[str]]:
         return command[4:]
     return None
 
-
-def rank_pids(root: int) -> List[int]:
-    """Processes under ``root`` that are ranks (OpenMPI or Horovod set their rank)."""
-    kids = _children()
-    out, todo = [], [root]
-    while todo:
-        for pid in kids.get(todo.pop(), []):
-            todo.append(pid)
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    environ = b"\0" + f.read()
-            except OSError:
-                continue
-            if b"\0OMPI_COMM_WORLD_RANK=" in environ or b"\0HOROVOD_RANK=" in environ:
-                out.append(pid)
-    return out
-
-
-def _wait(proc: subprocess.Popen, timeout: Optional[float], stuck_after: float):
-    """mpirun's exit status; ``"timeout"`` past ``timeout`` seconds; ``"stuck"`` when it has
-    had no live child process for ``stuck_after`` seconds and still not exited. A launcher
-    runs its ranks as its children and exits once they have ended, within a second; OpenMPI
-    4.1 at times stays in its event loop for good when many ranks that never start MPI end
-    together (``-np 64 true``), and then ignores SIGTERM too."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    childless_since = None
-    while True:
-        try:
-            return proc.wait(timeout=POLL_S)
-        except subprocess.TimeoutExpired:
-            pass
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            return "timeout"
-        if _live_children(proc.pid):
-            childless_since = None
-        elif childless_since is None:
-            childless_since = now
-        elif now - childless_since >= stuck_after:
-            return "stuck"
-
-
-def _supervise(cmd: List[str], env: dict, timeout: Optional[float],
-               stuck_after: float = STUCK_AFTER_S) -> int:
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
-    signals: List[int] = []
-
-    def kill_all() -> None:
-        for pid in rank_pids(proc.pid):
-            _kill(pid, signal.SIGKILL)
-        _kill(-proc.pid, signal.SIGKILL)
-
-    def on_signal(signum, frame):
-        signals.append(signum)
-        if len(signals) > 1 and signum == signal.SIGINT:
-            print("yasgd.launch: second SIGINT: killing the job", file=sys.stderr, flush=True)
-            kill_all()
-            return
-        if len(signals) == 1:
-            ranks = rank_pids(proc.pid)
-            for pid in ranks:
-                _kill(pid, signum)
-            if not ranks:   # nothing started yet: stop mpirun itself
-                _kill(-proc.pid, signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    rc = _wait(proc, timeout, stuck_after)
-    if rc == "timeout":
-        print(f"yasgd.launch: error: job exceeded {timeout:.0f} s; killing it", file=sys.stderr)
-        kill_all()
-        proc.wait()
-        return 124
-    if rc == "stuck":
-        print(f"yasgd.launch: error: {os.path.basename(cmd[0])} has had no rank running for "
-              f"{stuck_after:.0f} s and has not exited; killing it (the ranks' exit statuses "
-              "are unknown)", file=sys.stderr, flush=True)
-        kill_all()
-        proc.wait()
-        rc = 1
-    if len(signals) > 1 and signals[-1] == signal.SIGINT:
-        return 128 + signal.SIGINT
-    stop_file = env[STOP_FILE_ENV]
-    if os.path.isfile(stop_file):
-        with open(stop_file) as f:
-            signame = (f.read().split() or ["SIGTERM"])[0]
-        return 128 + (signal.SIGINT if signame == "SIGINT" else signal.SIGTERM)
-    if signals and rc != 0:
-        print(f"yasgd.launch: job stopped by {signal.Signals(signals[0]).name} "
-              f"(mpirun exit status {rc})", file=sys.stderr)
-        return 128 + signals[0]
-    return rc
-
-
-def _kill(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 if __name__ == "__main__":
     sys.exit(main())

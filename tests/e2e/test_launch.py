@@ -6,6 +6,7 @@ with no rank left is killed, and one that still runs its ranks is not."""
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -41,7 +42,7 @@ def test_launch_no_tuning_defaults_leaves_horovod_defaults():
 
 
 # --- OpenMPI's single-copy shared memory (CMA) -------------------------------------------
-from yasgd import launch  # noqa: E402
+from yasgd import launch, supervise  # noqa: E402
 
 SEND = """
 import numpy as np
@@ -130,9 +131,9 @@ HUNG = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_
 
 
 def test_supervisor_kills_a_launcher_with_no_rank_left(tmp_path, capfd):
-    env = {"PATH": os.environ["PATH"], launch.STOP_FILE_ENV: str(tmp_path / "stopped")}
+    env = {"PATH": os.environ["PATH"], supervise.STOP_FILE_ENV: str(tmp_path / "stopped")}
     t0 = time.monotonic()
-    rc = launch._supervise([sys.executable, "-c", HUNG, str(tmp_path / "pid")], env,
+    rc = supervise.supervise([sys.executable, "-c", HUNG, str(tmp_path / "pid")], env,
                            timeout=120, stuck_after=2)
     took = time.monotonic() - t0
     err = capfd.readouterr().err
@@ -147,8 +148,8 @@ def test_supervisor_leaves_a_launcher_whose_ranks_run():
     # the launcher has no rank for the first instants and then one for 4 s: twice the
     # stuck limit in all, never that long without a child
     cmd = ["bash", "-c", "sleep 4; exit 7"]
-    env = {"PATH": os.environ["PATH"], launch.STOP_FILE_ENV: "/nonexistent/stopped"}
-    assert launch._supervise(cmd, env, timeout=120, stuck_after=2) == 7
+    env = {"PATH": os.environ["PATH"], supervise.STOP_FILE_ENV: "/nonexistent/stopped"}
+    assert supervise.supervise(cmd, env, timeout=120, stuck_after=2) == 7
 
 
 def test_no_mpirun_is_one_line(tmp_path):
@@ -181,3 +182,165 @@ def test_a_bad_training_is_one_line_before_any_rank(tmp_path, train, message, en
     assert out.stderr.count("\n") == 1, out.stderr      # not once a rank, nor mpirun's report
     assert out.stderr.startswith("yasgd: error: " + message.format(tmp=tmp_path)), out.stderr
     assert os.listdir(tmp_path) == []
+
+
+# --- stop signals to the launcher ----------------------------------------------------------
+# Each rank writes its pid to DIR/pid-RANK once its handlers are set; MODE says what it does
+# with SIGTERM: "ignore" (a rank that never stops: wedged in a C call, or a command that
+# traps it), "stop" (what a yasgd rank does: writes the stop marker and exits 0), or
+# nothing (the default action: it dies).
+RANK = ("import os, signal, sys, time\n"
+        "rank, out, mode = os.environ['OMPI_COMM_WORLD_RANK'], sys.argv[1], sys.argv[2]\n"
+        "def stop(signum, frame):\n"
+        "    open(os.path.join(out, 'got-' + rank), 'w').write(signal.Signals(signum).name)\n"
+        "    open(os.environ['YASGD_STOP_FILE'], 'w').write(signal.Signals(signum).name)\n"
+        "    sys.exit(0)\n"
+        "if mode == 'ignore':\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "elif mode == 'stop':\n"
+        "    signal.signal(signal.SIGTERM, stop)\n"
+        "open(os.path.join(out, 'pid-' + rank), 'w').write(str(os.getpid()))\n"
+        "time.sleep(float(sys.argv[3]))\n")
+
+
+class Launcher:
+    """``python -m yasgd.launch -np 2`` of RANK, in its own session, SIGHUP's disposition
+    set as given (the test runner's own may be either); whatever is left at the end is
+    SIGKILLed by pid."""
+
+    def __init__(self, tmp, mode, sleep=60, hup=signal.SIG_DFL, flags=()):
+        self.tmp = tmp
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+        env["OMP_NUM_THREADS"] = "1"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "yasgd.launch", "-np", "2", "--timeout", "120", *flags,
+             "--", sys.executable, "-c", RANK, str(tmp), mode, str(sleep)],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGHUP, hup))
+        self.pids = set()
+
+    def ranks(self, timeout=60):
+        """The two ranks' pids, once both have set their handlers."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            files = [self.tmp / f"pid-{r}" for r in (0, 1)]
+            if all(f.exists() and f.read_text() for f in files):
+                self.pids = {int(f.read_text()) for f in files} | set(
+                    supervise._children().get(self.proc.pid, []))
+                return
+            assert self.proc.poll() is None, self.proc.communicate()
+            time.sleep(0.05)
+        raise AssertionError("the ranks did not start")
+
+    def finish(self, timeout=60):
+        t0 = time.monotonic()
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, time.monotonic() - t0, err
+
+    def left(self):
+        return [p for p in self.pids if supervise._live(supervise._stat(f"/proc/{p}/stat"))]
+
+    def cleanup(self):
+        for pid in [self.proc.pid] + self.left():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def launchers():
+    started = []
+    yield lambda *a, **k: started.append(Launcher(*a, **k)) or started[-1]
+    for job in started:
+        job.cleanup()
+
+
+def _gone(job, within):
+    deadline = time.monotonic() + within
+    while job.left() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not job.left()
+
+
+def test_ranks_that_do_not_stop_are_killed_after_the_stop_timeout(tmp_path, launchers):
+    job = launchers(tmp_path, "ignore", flags=["--stop-timeout", "2"])
+    job.ranks()
+    job.proc.send_signal(signal.SIGTERM)
+    rc, took, err = job.finish()
+    assert rc == 143 and 2 <= took < 15, (rc, took, err)
+    lines = [l for l in err.splitlines() if l.startswith("yasgd.launch:")]
+    assert len(lines) == 1 and "the job has not ended 2 s after SIGTERM (--stop-timeout)" in \
+        lines[0], err
+    assert _gone(job, 5), f"left behind: {job.left()}"
+
+
+def test_a_second_sigterm_kills_the_job_at_once(tmp_path, launchers):
+    job = launchers(tmp_path, "ignore")                     # default --stop-timeout: 120 s
+    job.ranks()
+    job.proc.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    assert job.proc.poll() is None                          # the ranks ignore the first
+    job.proc.send_signal(signal.SIGTERM)
+    rc, took, err = job.finish()
+    assert rc == 143 and took < 10, (rc, took, err)
+    assert "yasgd.launch: second signal (SIGTERM): killing the job" in err, err
+    assert _gone(job, 5), f"left behind: {job.left()}"
+
+
+def test_sighup_stops_the_ranks_as_sigterm_does(tmp_path, launchers):
+    job = launchers(tmp_path, "stop")
+    job.ranks()
+    job.proc.send_signal(signal.SIGHUP)
+    rc, took, err = job.finish()
+    assert rc == 143 and took < 15, (rc, took, err)
+    assert [(tmp_path / f"got-{r}").read_text() for r in (0, 1)] == ["SIGTERM"] * 2
+    assert _gone(job, 5), f"left behind: {job.left()}"
+
+
+def test_sighup_ignored_at_start_leaves_the_job_running(tmp_path, launchers):
+    # nohup: the job is meant to outlive the terminal
+    job = launchers(tmp_path, "stop", sleep=3, hup=signal.SIG_IGN)
+    job.ranks()
+    job.proc.send_signal(signal.SIGHUP)
+    rc, took, err = job.finish()
+    assert rc == 0, (rc, err)
+    assert not list(tmp_path.glob("got-*"))
+
+
+def test_a_launcher_killed_outright_takes_its_ranks_with_it(tmp_path, launchers):
+    job = launchers(tmp_path, "")                           # ranks die of SIGTERM
+    job.ranks()
+    job.proc.send_signal(signal.SIGKILL)
+    job.proc.wait(timeout=30)
+    # mpirun gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and ends its ranks
+    assert _gone(job, 20), f"left behind: {job.left()}"
+
+
+def test_ctrl_c_while_the_launcher_starts_is_one_line(tmp_path):
+    # a training's config is checked in a child before mpirun starts: Ctrl-C (SIGINT to
+    # the launcher's process group, the child's too) while that child runs
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    proc = subprocess.Popen([YASGD, "launch", "-np", "2", "--timeout", "60", "--", YASGD,
+                             "train", "examples/configs/tiny.yaml", f"run.dir={tmp_path}"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline, child = time.monotonic() + 30, []
+        while not child and time.monotonic() < deadline and proc.poll() is None:
+            child = supervise._live_children(proc.pid)
+            time.sleep(0.002)
+        assert child, "the launcher started no child"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            for pid in [proc.pid] + supervise._children().get(proc.pid, []):
+                os.kill(pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == 130, err
+    assert err == "yasgd.launch: stopped by SIGINT before any rank started\n", err
+    assert out == "" and os.listdir(tmp_path) == []
+    assert not [p for p in child if supervise._live(supervise._stat(f"/proc/{p}/stat"))]

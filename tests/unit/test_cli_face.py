@@ -48,6 +48,10 @@ def test_launch_help_is_the_launchers(name):
     (["--timeout", "-5", "--", "true"], "argument --timeout: must be a finite number of seconds"),
     (["--timeout", "nan", "--", "true"], "argument --timeout: must be a finite number of seconds"),
     (["--grace", "-1", "--", "true"], "argument --grace: must be an integer number of seconds"),
+    (["--stop-timeout", "0", "--", "true"], "argument --stop-timeout: must be a finite number "
+                                            "of seconds"),
+    (["--stop-timeout", "inf", "--", "true"], "argument --stop-timeout: must be a finite "
+                                              "number of seconds"),
     # beyond what a timer takes: refused, not a traceback from threading or the clock
     (["--timeout", "1e300", "--", "true"], "argument --timeout: must be a finite number of "
                                            "seconds in (0, 31536000], got '1e300'"),

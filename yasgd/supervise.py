@@ -1,0 +1,258 @@
+"""The launcher's hold on its job (:func:`supervise`): mpirun (or horovodrun) started in a
+session of its own, the stop signals turned into a stop of the ranks, and no way for the
+job to outlive its launcher or to keep it waiting for good.
+
+- The first SIGINT or SIGTERM goes, as that signal, straight to every rank (a SIGHUP as
+  SIGTERM), whose own handlers stop them at one step with a checkpoint.
+- A second signal, or ``stop_timeout`` seconds after the first without an end, kills the
+  job: ranks that ignore the signal or are wedged in a call never keep it alive.
+- ``timeout``: the whole job's limit (exit status 124).
+- A launcher whose ranks have all ended but that has not exited (OpenMPI 4.1 at times) is
+  killed after ``stuck_after`` seconds.
+- The job gets SIGTERM when the launcher dies, however it dies (``PR_SET_PDEATHSIG``).
+
+Before :func:`supervise` takes the signals over, :func:`raise_stopped` turns a stop signal
+into :class:`Stopped`, so that the launcher's start-up ends at once, in one line.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, List, Optional
+
+STOP_FILE_ENV = "YASGD_STOP_FILE"   # yasgd.faults.STOP_FILE_ENV (not imported: no numpy here)
+POLL_S = 0.5          # how often the supervisor looks at mpirun and its ranks
+STUCK_AFTER_S = 30.0  # a launcher with no rank left this long has hung: see _wait
+STOP_TIMEOUT_S = 120.0  # --stop-timeout's default: the watchdog's floor (yasgd.watchdog)
+PR_SET_PDEATHSIG = 1
+
+
+class Stopped(BaseException):
+    """A stop signal before any rank started (raised by :func:`raise_stopped`)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+def stop_signals() -> List[int]:
+    """The signals the launcher turns into a stop of its job: SIGINT, SIGTERM, and SIGHUP
+    unless it was started with SIGHUP ignored (``nohup``: the job is meant to outlive the
+    terminal)."""
+    sigs = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        sigs.append(signal.SIGHUP)
+    return sigs
+
+
+def say(line: str) -> None:
+    """One line on stderr; nothing when stderr is gone (a closed terminal after SIGHUP)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _stat(path: str) -> Optional[List[str]]:
+    """The fields of a ``/proc/PID/stat`` after the command name (state first, then the
+    parent pid), or None when the process is gone."""
+    try:
+        with open(path) as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _live(fields: Optional[List[str]]) -> bool:
+    """Whether :func:`_stat`'s fields are those of a process that is not a zombie."""
+    return bool(fields) and fields[0] != "Z"
+
+
+def _children() -> dict:
+    """Live (not zombie) processes of this host by parent pid, from /proc."""
+    kids: dict = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        fields = _stat(stat)
+        if _live(fields):
+            kids.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+    return kids
+
+
+def _live_children(pid: int) -> List[int]:
+    """The live (not zombie) children of ``pid``: from its own ``/proc/PID/task/*/children``
+    (a few small reads, as the supervisor does every poll of a long job), else from a scan
+    of the whole of /proc (kernels without that file)."""
+    lists = glob.glob(f"/proc/{pid}/task/*/children")
+    if not lists:
+        return _children().get(pid, [])
+    kids = []
+    for path in lists:
+        try:
+            with open(path) as f:
+                kids += [int(k) for k in f.read().split()]
+        except (OSError, ValueError):
+            pass
+    return [kid for kid in kids if _live(_stat(f"/proc/{kid}/stat"))]
+
+
+def rank_pids(root: int) -> List[int]:
+    """Processes under ``root`` that are ranks (OpenMPI or Horovod set their rank)."""
+    kids = _children()
+    out, todo = [], [root]
+    while todo:
+        for pid in kids.get(todo.pop(), []):
+            todo.append(pid)
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    environ = b"\0" + f.read()
+            except OSError:
+                continue
+            if b"\0OMPI_COMM_WORLD_RANK=" in environ or b"\0HOROVOD_RANK=" in environ:
+                out.append(pid)
+    return out
+
+
+def _wait(proc: subprocess.Popen, timeout: Optional[float], stuck_after: float,
+          stop_deadline: Callable[[], Optional[float]] = lambda: None):
+    """mpirun's exit status; ``"timeout"`` past ``timeout`` seconds; ``"unstopped"`` past
+    ``stop_deadline()`` (a monotonic time, once a stop signal has set one); ``"stuck"``
+    when it has had no live child process for ``stuck_after`` seconds and still not
+    exited. A launcher runs its ranks as its children and exits once they have ended,
+    within a second; OpenMPI 4.1 at times stays in its event loop for good when many ranks
+    that never start MPI end together (``-np 64 true``), and then ignores SIGTERM too."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    childless_since = None
+    while True:
+        try:
+            return proc.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            return "timeout"
+        stop_by = stop_deadline()
+        if stop_by is not None and now >= stop_by:
+            return "unstopped"
+        if _live_children(proc.pid):
+            childless_since = None
+        elif childless_since is None:
+            childless_since = now
+        elif now - childless_since >= stuck_after:
+            return "stuck"
+
+
+def _child_setup(unblock: List[int]) -> Callable[[], None]:
+    """The ``preexec_fn`` of the launched command: ``unblock`` unblocked (the launcher
+    blocks them while it starts the command), and, where prctl is to be had, the kernel
+    asked to send the command SIGTERM when the launcher dies, however it dies
+    (``PR_SET_PDEATHSIG``; mpirun then ends its ranks)."""
+    import ctypes
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        prctl = None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, unblock)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+            if os.getppid() != parent:      # the launcher died before prctl took effect
+                os.kill(os.getpid(), signal.SIGTERM)
+    return preexec
+
+
+def supervise(cmd: List[str], env: dict, timeout: Optional[float],
+               stuck_after: float = STUCK_AFTER_S,
+               stop_timeout: float = STOP_TIMEOUT_S) -> int:
+    signals: List[int] = []
+    first_at: List[float] = []
+    job: List[subprocess.Popen] = []
+
+    def kill_all() -> None:
+        for pid in rank_pids(job[0].pid):
+            _kill(pid, signal.SIGKILL)
+        _kill(-job[0].pid, signal.SIGKILL)
+
+    def stop(signum: int) -> None:
+        # the ranks' own handlers stop them at one step with a checkpoint; they know
+        # SIGINT and SIGTERM, so a hang-up reaches them as SIGTERM
+        forward = signal.SIGTERM if signum == signal.SIGHUP else signum
+        ranks = rank_pids(job[0].pid)
+        for pid in ranks:
+            _kill(pid, forward)
+        if not ranks:   # nothing started yet: stop mpirun itself
+            _kill(-job[0].pid, signal.SIGTERM)
+
+    def on_signal(signum, frame):
+        signals.append(signum)
+        if not job:                 # mpirun could not be started: nothing to stop
+            return
+        if len(signals) > 1:
+            say(f"yasgd.launch: second signal ({signal.Signals(signum).name}): killing "
+                 "the job")
+            kill_all()
+            return
+        first_at.append(time.monotonic())
+        stop(signum)
+
+    # from here on a signal stops the job, never the launcher alone; one that comes while
+    # mpirun is being started waits, blocked, until there is a job to stop
+    sigs = stop_signals()
+    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        for sig in sigs:
+            signal.signal(sig, on_signal)
+        job.append(subprocess.Popen(cmd, env=env, start_new_session=True,
+                                    preexec_fn=_child_setup(sigs)))
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+    rc = _wait(job[0], timeout, stuck_after,
+               lambda: first_at[0] + stop_timeout if first_at else None)
+    if rc == "timeout":
+        say(f"yasgd.launch: error: job exceeded {timeout:.0f} s; killing it")
+        kill_all()
+        job[0].wait()
+        return 124
+    if rc == "unstopped":
+        name = signal.Signals(signals[0]).name
+        say(f"yasgd.launch: error: the job has not ended {stop_timeout:.0f} s after "
+             f"{name} (--stop-timeout); killing it (a checkpoint it was writing is "
+             "discarded, the previous one is intact)")
+        kill_all()
+        job[0].wait()
+        return 128 + signals[0]
+    if rc == "stuck":
+        say(f"yasgd.launch: error: {os.path.basename(cmd[0])} has had no rank running for "
+             f"{stuck_after:.0f} s and has not exited; killing it (the ranks' exit statuses "
+             "are unknown)")
+        kill_all()
+        job[0].wait()
+        rc = 1
+    if len(signals) > 1:
+        return 128 + signals[-1]
+    stop_file = env[STOP_FILE_ENV]
+    if os.path.isfile(stop_file):
+        with open(stop_file) as f:
+            signame = (f.read().split() or ["SIGTERM"])[0]
+        return 128 + (signal.SIGINT if signame == "SIGINT" else signal.SIGTERM)
+    if signals and rc != 0:
+        say(f"yasgd.launch: job stopped by {signal.Signals(signals[0]).name} "
+             f"({os.path.basename(cmd[0])} exit status {rc})")
+        return 128 + signals[0]
+    return rc
+
+
+def _kill(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
