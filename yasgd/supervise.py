@@ -149,24 +149,36 @@ def _wait(proc: subprocess.Popen, timeout: Optional[float], stuck_after: float,
             return "stuck"
 
 
-def _child_setup(unblock: List[int]) -> Callable[[], None]:
-    """The ``preexec_fn`` of the launched command: ``unblock`` unblocked (the launcher
-    blocks them while it starts the command), and, where prctl is to be had, the kernel
-    asked to send the command SIGTERM when the launcher dies, however it dies
-    (``PR_SET_PDEATHSIG``; mpirun then ends its ranks)."""
+def die_with_parent() -> Optional[Callable[[], None]]:
+    """A ``preexec_fn`` that has the kernel send the child SIGTERM when the thread that
+    starts it ends, however the process ends (SIGKILL, the out-of-memory killer:
+    ``PR_SET_PDEATHSIG``); None where prctl is not to be had. Between fork and exec it
+    calls only prctl (looked up here), getppid and kill, so threads in the parent do not
+    matter."""
     import ctypes
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        prctl = None
+        return None
     parent = os.getpid()
 
     def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:          # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+    return preexec
+
+
+def _child_setup(unblock: List[int]) -> Callable[[], None]:
+    """The ``preexec_fn`` of the launched command: ``unblock`` unblocked (the launcher
+    blocks them while it starts the command), then :func:`die_with_parent`'s (mpirun, on
+    SIGTERM, ends its ranks)."""
+    tie = die_with_parent()
+
+    def preexec() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, unblock)
-        if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-            if os.getppid() != parent:      # the launcher died before prctl took effect
-                os.kill(os.getpid(), signal.SIGTERM)
+        if tie is not None:
+            tie()
     return preexec
 
 

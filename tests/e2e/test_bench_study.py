@@ -8,7 +8,8 @@ finishes every arm's search and seeds, and writes the JSON (``seeds``,
 ``recipe_minus_baseline_8k``), the table and the plot; ``bench largebatch`` over the same
 cache trains none of the runs the two benches share. A bench whose code is edited under it
 stops at the first run of the new code, and the same command then finishes on it; a second
-sitting on a cache that one is training into is refused.
+sitting on a cache that one is training into is refused; a bench ended by a hang-up or by
+SIGKILL leaves no worker training.
 """
 import hashlib
 import json
@@ -17,6 +18,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
@@ -179,3 +182,53 @@ def test_one_training_sitting_at_a_time_on_a_cache(tmp_path):
                    "--max-runs", "1", "--cache", str(cache), timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert kept < {p.name for p in cache.glob("*.json")}
+
+
+def _worker_pids(out):
+    """The study workers training into ``out`` (by their command line)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    args = f.read().decode(errors="replace")
+                with open(f"/proc/{d}/stat") as f:
+                    zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+            except OSError:
+                continue
+            if "yasgd.bench.study_worker" in args and str(out) in args and not zombie:
+                pids.append(int(d))
+    return pids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGKILL], ids=["SIGHUP", "SIGKILL"])
+def test_a_bench_that_ends_takes_its_workers_with_it(tmp_path, sig):
+    # a closed terminal (SIGHUP) or a kill that nothing can catch (SIGKILL): the worker,
+    # in its own session, would otherwise train on unwatched and write its result
+    out = tmp_path / "res"
+    proc = subprocess.Popen([YASGD, "bench", "largebatch", "--quick", "--arms", "baseline",
+                             "--jobs", "1", "--out", str(out)], cwd=ROOT, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    workers = []
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not workers and proc.poll() is None:
+            workers = _worker_pids(out)
+            time.sleep(0.02)
+        assert workers, "no worker started"
+        proc.send_signal(sig)
+        proc.communicate(timeout=60)
+        deadline = time.time() + 10
+        while time.time() < deadline and _worker_pids(out):
+            time.sleep(0.05)
+        assert not _worker_pids(out), "a worker of the ended bench is still running"
+    finally:
+        for pid in [proc.pid] + _worker_pids(out):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    time.sleep(5)                       # longer than a quick run: nothing finishes later
+    assert not list(out.glob("**/*.result.json")), "the worker went on and finished its run"
+    assert not list((out / "runs_cache").glob("*.json"))

@@ -28,6 +28,7 @@ from yasgd.bench import common, machine, runcache
 from yasgd.bench.study import Arm, Run, Search, runs_left, search
 from yasgd.bench.study_plan import Scale, overrides
 from yasgd.meter import TrainingError
+from yasgd.supervise import die_with_parent, stop_signals
 
 
 class Interrupted(KeyboardInterrupt):
@@ -181,7 +182,8 @@ class Study:
             p = subprocess.Popen([sys.executable, "-m", "yasgd.bench.study_worker", "--worker",
                                   "--spec", spec, "--result", res_path], stdout=f,
                                  stderr=subprocess.STDOUT, env=_worker_env(threads),
-                                 cwd=common.REPO_ROOT, start_new_session=True)
+                                 cwd=common.REPO_ROOT, start_new_session=True,
+                                 preexec_fn=die_with_parent())
             procs[run.key] = p
             try:
                 rc = p.wait(timeout=self.scale.run_timeout_s)
@@ -212,7 +214,7 @@ class Study:
         def handler(signum, frame):   # noqa: ARG001
             raise Interrupted(signal.Signals(signum).name)
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in stop_signals():    # a hang-up too: no worker trains on unwatched
             old[sig] = signal.signal(sig, handler)
         t0, started = time.time(), 0
         in_flight: Dict[object, Run] = {}
