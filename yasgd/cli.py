@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from typing import List, Optional
 
@@ -315,9 +316,11 @@ def _check_out_dir(path: str, what: str) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     try:
         return _main(sys.argv[1:] if argv is None else list(argv))
-    except KeyboardInterrupt:   # commands without stop handlers (data, bench, ...), parsing
-        sys.stderr.write("yasgd: interrupted\n")
-        return 130
+    except KeyboardInterrupt as e:   # Ctrl-C while parsing; a stop signal to any command
+        signum = getattr(e, "signum", signal.SIGINT)   # but train (yasgd.supervise.Stopped)
+        sys.stderr.write("yasgd: interrupted\n" if signum == signal.SIGINT else
+                         f"yasgd: stopped by {signal.Signals(signum).name}\n")
+        return 128 + signum
 
 
 def _main(argv: List[str]) -> int:
@@ -334,6 +337,9 @@ def _main(argv: List[str]) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as e:                 # --help (0) or a usage error, already printed (2)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    if args.command != "train":     # train's ranks stop at a step, with a checkpoint
+        from yasgd.supervise import stop_by_unwinding
+        stop_by_unwinding()
     try:
         return _run(args)
     except UsageError as e:

@@ -1,6 +1,7 @@
-"""The launcher's hold on its job (:func:`supervise`): mpirun (or horovodrun) started in a
-session of its own, the stop signals turned into a stop of the ranks, and no way for the
-job to outlive its launcher or to keep it waiting for good.
+"""Stop signals and the processes yasgd starts. Mostly the launcher's hold on its job
+(:func:`supervise`): mpirun (or horovodrun) started in a session of its own, the stop
+signals turned into a stop of the ranks, and no way for the job to outlive its launcher
+or to keep it waiting for good.
 
 - The first SIGINT or SIGTERM goes, as that signal, straight to every rank (a SIGHUP as
   SIGTERM), whose own handlers stop them at one step with a checkpoint.
@@ -11,8 +12,11 @@ job to outlive its launcher or to keep it waiting for good.
   killed after ``stuck_after`` seconds.
 - The job gets SIGTERM when the launcher dies, however it dies (``PR_SET_PDEATHSIG``).
 
-Before :func:`supervise` takes the signals over, :func:`raise_stopped` turns a stop signal
-into :class:`Stopped`, so that the launcher's start-up ends at once, in one line.
+Commands that stop by unwinding (the launcher's start-up, data tools, benchmarks: all but
+``yasgd train``, whose ranks stop at a step with a checkpoint) have :func:`raise_stopped`
+turn every stop signal (:func:`stop_signals`) into :class:`Stopped`, a KeyboardInterrupt
+that carries the signal: their clean-up runs, and ``yasgd`` exits 128 + its number with
+one line.
 """
 from __future__ import annotations
 
@@ -31,16 +35,39 @@ STOP_TIMEOUT_S = 120.0  # --stop-timeout's default: the watchdog's floor (yasgd.
 PR_SET_PDEATHSIG = 1
 
 
-class Stopped(BaseException):
-    """A stop signal before any rank started (raised by :func:`raise_stopped`)."""
+class Stopped(KeyboardInterrupt):
+    """A stop signal, raised where it lands (by :func:`raise_stopped`), as Ctrl-C is."""
 
     def __init__(self, signum: int):
-        super().__init__(signum)
+        super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
 
 def raise_stopped(signum, frame):
     raise Stopped(signum)
+
+
+def stop_by_unwinding() -> None:
+    """Every stop signal (:func:`stop_signals`) raises :class:`Stopped` from here on."""
+    for sig in stop_signals():
+        signal.signal(sig, raise_stopped)
+
+
+def pool_worker_setup(parent: int) -> None:
+    """The initializer of a multiprocessing pool's worker (``parent``: the pid that makes
+    the pool). The worker leaves its parent's process group, so that a stop signal to the
+    group (a terminal's Ctrl-C or hang-up, ``kill -- -PGID``) reaches only the parent, which
+    ends the pool: a worker killed while it waits for a task holds the pool's queue lock for
+    good, and ``Pool.terminate`` then waits for good. Instead the worker is tied to its
+    parent (``PR_SET_PDEATHSIG``), and SIGTERM, which ``terminate`` sends, has its default
+    action back (not the parent's :func:`raise_stopped`, whose traceback each would print)."""
+    os.setpgrp()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    tie = die_with_parent(parent)
+    if tie is not None:
+        tie()
 
 
 def stop_signals() -> List[int]:
@@ -149,10 +176,11 @@ def _wait(proc: subprocess.Popen, timeout: Optional[float], stuck_after: float,
             return "stuck"
 
 
-def die_with_parent() -> Optional[Callable[[], None]]:
+def die_with_parent(parent: Optional[int] = None) -> Optional[Callable[[], None]]:
     """A ``preexec_fn`` that has the kernel send the child SIGTERM when the thread that
     starts it ends, however the process ends (SIGKILL, the out-of-memory killer:
-    ``PR_SET_PDEATHSIG``); None where prctl is not to be had. Between fork and exec it
+    ``PR_SET_PDEATHSIG``); None where prctl is not to be had. ``parent``: the parent's pid
+    (default: this process, the one that will start the child). Between fork and exec it
     calls only prctl (looked up here), getppid and kill, so threads in the parent do not
     matter."""
     import ctypes
@@ -160,7 +188,7 @@ def die_with_parent() -> Optional[Callable[[], None]]:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    parent = os.getpid()
+    parent = os.getpid() if parent is None else parent
 
     def preexec() -> None:
         prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)

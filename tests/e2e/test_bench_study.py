@@ -3,7 +3,7 @@ runs in real processes, a real SIGTERM in the middle, the cache continuing the b
 
 The quick scale trains 2 epochs of 2,048 images (accuracies there mean nothing; what is
 checked is the method and the files): the interrupted bench keeps every finished run, leaves
-no worker process behind and exits 130; the same command then trains only what is missing,
+no worker process behind and exits 143; the same command then trains only what is missing,
 finishes every arm's search and seeds, and writes the JSON (``seeds``,
 ``recipe_minus_baseline_8k``), the table and the plot; ``bench largebatch`` over the same
 cache trains none of the runs the two benches share. A bench whose code is edited under it
@@ -53,8 +53,8 @@ def test_ablation_quick_resumes_after_sigterm_and_shares_runs_with_largebatch(tm
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, text
-    assert "interrupted by SIGTERM" in text and "yasgd: interrupted" in text
+    assert proc.returncode == 143, text
+    assert "interrupted by SIGTERM" in text and "yasgd: stopped by SIGTERM" in text
     assert "Traceback" not in text
     kept = {p.name for p in cache.glob("*.json")}
     assert kept
@@ -176,7 +176,7 @@ def test_one_training_sitting_at_a_time_on_a_cache(tmp_path):
         f"command continues from it once that one ends (or give another --cache)"]
     assert not (tmp_path / "b" / "study_runs").exists() and second.stdout == ""
     assert peek.returncode == 0, peek.stdout + peek.stderr
-    assert first.returncode == 130, intro + rest
+    assert first.returncode == 143, intro + rest
     kept = {p.name for p in cache.glob("*.json")}
     again = _bench("largebatch", tmp_path / "b", "--arms", "baseline", "--jobs", "1",
                    "--max-runs", "1", "--cache", str(cache), timeout=300)

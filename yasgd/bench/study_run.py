@@ -28,11 +28,11 @@ from yasgd.bench import common, machine, runcache
 from yasgd.bench.study import Arm, Run, Search, runs_left, search
 from yasgd.bench.study_plan import Scale, overrides
 from yasgd.meter import TrainingError
-from yasgd.supervise import die_with_parent, stop_signals
+from yasgd.supervise import Stopped, die_with_parent, stop_signals
 
 
-class Interrupted(KeyboardInterrupt):
-    pass
+class Interrupted(Stopped):
+    """A stop signal while the bench trains: the runs in flight are stopped."""
 
 
 class CodeChanged(TrainingError):
@@ -212,7 +212,7 @@ class Study:
         old = {}
 
         def handler(signum, frame):   # noqa: ARG001
-            raise Interrupted(signal.Signals(signum).name)
+            raise Interrupted(signum)
 
         for sig in stop_signals():    # a hang-up too: no worker trains on unwatched
             old[sig] = signal.signal(sig, handler)

@@ -179,6 +179,14 @@ def _init_worker() -> None:
     cv2.setNumThreads(1)
 
 
+def _init_pool_worker(parent: int) -> None:
+    """A pool worker: one OpenCV thread; stop signals are the parent's, which ends the pool
+    and removes its partial files (:func:`yasgd.supervise.pool_worker_setup`)."""
+    from yasgd.supervise import pool_worker_setup
+    pool_worker_setup(parent)
+    _init_worker()
+
+
 def _write_split(items: Sequence[Tuple[str, int]], prefix: str, resize: int, quality: int,
                  workers: int, progress: bool, split: str, num_classes: int) -> dict:
     import mxnet as mx
@@ -196,7 +204,8 @@ def _write_split(items: Sequence[Tuple[str, int]], prefix: str, resize: int, qua
         if workers > 1:
             import multiprocessing as mp
             method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-            pool = mp.get_context(method).Pool(workers, initializer=_init_worker)
+            pool = mp.get_context(method).Pool(workers, initializer=_init_pool_worker,
+                                               initargs=(os.getpid(),))
             results = pool.imap(_encode, jobs, chunksize=8)  # imap keeps the order
         else:
             _init_worker()

@@ -1,0 +1,90 @@
+"""Stop signals to the commands that stop by unwinding (all but ``yasgd train``, whose ranks
+stop at a step with a checkpoint: tests/e2e/test_faults.py): ``yasgd data im2rec`` with a
+pool of worker processes, signalled as a terminal or a scheduler signals a job (its whole
+process group) while it writes. Each signal ends it with one line and exit status 128 + its
+number, the partial files removed, no worker left, no traceback from the parent or a worker.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from yasgd.data.testdata import make_imagenet_folder
+from yasgd.supervise import _children, _live, _stat
+
+YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    # about two seconds of writing with 2 workers here: the signal lands while it writes
+    return make_imagenet_folder(str(tmp_path_factory.mktemp("inet")), 400, 1)
+
+
+@pytest.mark.parametrize("sig,line", [
+    (signal.SIGINT, "yasgd: interrupted"),
+    (signal.SIGTERM, "yasgd: stopped by SIGTERM"),
+    (signal.SIGHUP, "yasgd: stopped by SIGHUP"),
+], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_im2rec_stopped_while_it_writes(folder, tmp_path, sig, line):
+    out = tmp_path / "rec"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([YASGD, "data", "im2rec", folder, str(out), "--workers", "2"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    part = out / "train.rec.part"
+    workers = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not (
+                part.exists() and part.stat().st_size > 0):
+            time.sleep(0.005)
+        workers = _children().get(proc.pid, [])
+        assert proc.poll() is None and len(workers) >= 2, "im2rec was not writing"
+        os.killpg(proc.pid, sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == 128 + sig, err
+    assert err.rstrip("\n").splitlines()[-1] == line, err
+    assert "Traceback" not in err and "ForkPoolWorker" not in err, err
+    assert not list(out.glob("*.part")) and not (out / "train.rec").exists(), os.listdir(out)
+    time.sleep(0.5)
+    assert not [w for w in workers if _live(_stat(f"/proc/{w}/stat"))], "a worker is left"
+
+
+def test_im2rec_killed_outright_takes_its_workers_with_it(folder, tmp_path):
+    # the workers are out of its process group (a group's signal is the parent's to handle)
+    # and tied to it instead: SIGKILL, which it cannot handle, still ends them
+    out = tmp_path / "rec"
+    proc = subprocess.Popen([YASGD, "data", "im2rec", folder, str(out), "--workers", "2"],
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    part = out / "train.rec.part"
+    workers = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not (
+                part.exists() and part.stat().st_size > 0):
+            time.sleep(0.005)
+        workers = _children().get(proc.pid, [])
+        assert proc.poll() is None and len(workers) >= 2, "im2rec was not writing"
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and [
+                w for w in workers if _live(_stat(f"/proc/{w}/stat"))]:
+            time.sleep(0.05)
+        assert not [w for w in workers if _live(_stat(f"/proc/{w}/stat"))], "a worker is left"
+    finally:
+        for pid in [proc.pid] + workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
