@@ -21,6 +21,9 @@ import time
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_resume import wait_until  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
 
@@ -219,10 +222,7 @@ def test_a_bench_that_ends_takes_its_workers_with_it(tmp_path, sig):
         assert workers, "no worker started"
         proc.send_signal(sig)
         proc.communicate(timeout=60)
-        deadline = time.time() + 10
-        while time.time() < deadline and _worker_pids(out):
-            time.sleep(0.05)
-        assert not _worker_pids(out), "a worker of the ended bench is still running"
+        wait_until(lambda: not _worker_pids(out), 10, "the ended bench's worker to end")
     finally:
         for pid in [proc.pid] + _worker_pids(out):
             try:

@@ -12,8 +12,10 @@ import time
 
 import pytest
 
-from yasgd.data.testdata import make_imagenet_folder
-from yasgd.supervise import _children, _live, _stat
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_resume import wait_until  # noqa: E402
+from yasgd.data.testdata import make_imagenet_folder  # noqa: E402
+from yasgd.supervise import _children, _live, _stat  # noqa: E402
 
 YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
 
@@ -24,6 +26,28 @@ def folder(tmp_path_factory):
     return make_imagenet_folder(str(tmp_path_factory.mktemp("inet")), 400, 1)
 
 
+def _writing(folder, out, **popen):
+    """``yasgd data im2rec`` with 2 workers, in its own session, once it writes records:
+    the process and its workers' pids."""
+    proc = subprocess.Popen([YASGD, "data", "im2rec", folder, str(out), "--workers", "2"],
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True,
+                            **popen)
+    part = out / "train.rec.part"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not (
+            part.exists() and part.stat().st_size > 0):
+        time.sleep(0.005)
+    workers = _children().get(proc.pid, [])
+    if proc.poll() is not None or len(workers) < 2:
+        proc.kill()
+        raise AssertionError("im2rec was not writing")
+    return proc, workers
+
+
+def _left(workers):
+    return [w for w in workers if _live(_stat(f"/proc/{w}/stat"))]
+
+
 @pytest.mark.parametrize("sig,line", [
     (signal.SIGINT, "yasgd: interrupted"),
     (signal.SIGTERM, "yasgd: stopped by SIGTERM"),
@@ -31,20 +55,10 @@ def folder(tmp_path_factory):
 ], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_im2rec_stopped_while_it_writes(folder, tmp_path, sig, line):
     out = tmp_path / "rec"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([YASGD, "data", "im2rec", folder, str(out), "--workers", "2"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
-    part = out / "train.rec.part"
-    workers = []
+    proc, workers = _writing(folder, out, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None and not (
-                part.exists() and part.stat().st_size > 0):
-            time.sleep(0.005)
-        workers = _children().get(proc.pid, [])
-        assert proc.poll() is None and len(workers) >= 2, "im2rec was not writing"
         os.killpg(proc.pid, sig)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -56,32 +70,18 @@ def test_im2rec_stopped_while_it_writes(folder, tmp_path, sig, line):
     assert "Traceback" not in err and "ForkPoolWorker" not in err, err
     assert not list(out.glob("*.part")) and not (out / "train.rec").exists(), os.listdir(out)
     time.sleep(0.5)
-    assert not [w for w in workers if _live(_stat(f"/proc/{w}/stat"))], "a worker is left"
+    assert not _left(workers), "a worker is left"
 
 
 def test_im2rec_killed_outright_takes_its_workers_with_it(folder, tmp_path):
     # the workers are out of its process group (a group's signal is the parent's to handle)
     # and tied to it instead: SIGKILL, which it cannot handle, still ends them
-    out = tmp_path / "rec"
-    proc = subprocess.Popen([YASGD, "data", "im2rec", folder, str(out), "--workers", "2"],
-                            env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    part = out / "train.rec.part"
-    workers = []
+    proc, workers = _writing(folder, tmp_path / "rec", stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None and not (
-                part.exists() and part.stat().st_size > 0):
-            time.sleep(0.005)
-        workers = _children().get(proc.pid, [])
-        assert proc.poll() is None and len(workers) >= 2, "im2rec was not writing"
         proc.kill()
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and [
-                w for w in workers if _live(_stat(f"/proc/{w}/stat"))]:
-            time.sleep(0.05)
-        assert not [w for w in workers if _live(_stat(f"/proc/{w}/stat"))], "a worker is left"
+        wait_until(lambda: not _left(workers), 10, "the workers to end")
     finally:
         for pid in [proc.pid] + workers:
             try:
