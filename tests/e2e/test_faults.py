@@ -1,8 +1,8 @@
 """Stalls and signals, end to end with real processes: a rank frozen with SIGSTOP
 (the stall watchdog ends the job), a rank paused for less than the timeout (the
 run goes on), Ctrl-C (SIGINT to the launcher's process group, as a terminal
-sends it) to the launcher at 1 and 2 ranks and to a plain ``yasgd train``, and a
-second Ctrl-C. Every launch is bounded by a timeout; a fixture SIGKILLs whatever
+sends it) to the launcher at 1 and 2 ranks and to a plain ``yasgd train``, a
+second Ctrl-C, and the launcher's terminal (a pseudo-terminal) closed under it. Every launch is bounded by a timeout; a fixture SIGKILLs whatever
 a failed test leaves behind (by PID).
 
 The runs are tiny (tests/e2e/test_resume.py's data: 1,024 Fashion-MNIST images,
@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_resume import (ROOT, SPE, YASGD, common, data_root, descendants, events,  # noqa: E402,F401
                          rank_pid, run_dir, train_steps, wait_until)
 from yasgd import checkpoint  # noqa: E402
+from yasgd.supervise import _live, _stat  # noqa: E402
 from yasgd.watchdog import STALL_EXIT_STATUS  # noqa: E402
 
 LIMIT = 200
@@ -239,3 +240,69 @@ def test_ctrl_c_during_start_up_exits_130_without_traceback(tmp_path, procs):
     p.ctrl_c()
     assert p.wait() == 130, p.tail()
     assert_no_traceback(p)
+
+
+# -- a closed terminal ----------------------------------------------------------------------
+def test_a_closed_terminal_stops_the_launched_job_with_a_checkpoint(data_root, tmp_path):
+    """The launcher on a pseudo-terminal of its own, as in an ssh session; closing the
+    terminal's master is the hang-up (the kernel sends SIGHUP to the session's leader,
+    the launcher). The ranks, in mpirun's session, stop as on SIGTERM, with a checkpoint."""
+    import pty
+    import select
+    import threading
+    args = long_run(data_root, tmp_path, "h")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("OMPI_MCA_odls_base_sigkill_timeout", None)
+    env.pop("YASGD_STOP_FILE", None)
+    cmd = [sys.executable, "-m", "yasgd.launch", "-np", "2", "--timeout", str(LIMIT), "--",
+           YASGD, "train", *args]
+    pid, fd = pty.fork()
+    if pid == 0:                                        # the child: nothing but exec
+        try:
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
+            os.chdir(ROOT)
+            os.execve(cmd[0], cmd, env)
+        finally:
+            os._exit(127)
+    out, reading = [], threading.Event()
+    reading.set()
+
+    def drain():            # a terminal that nobody reads would block the job's output
+        while reading.is_set():
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    out.append(os.read(fd, 65536))
+                except OSError:
+                    return
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    pids, rc, left = {pid}, None, []
+    try:
+        wait_until(lambda: any(s >= SPE + 1 for s in train_steps(tmp_path, "h")), 150,
+                   "epoch 2")
+        pids.update(descendants(pid))
+        reading.clear()
+        reader.join(timeout=10)
+        os.close(fd)                                    # the terminal closes
+        deadline = time.time() + 60
+        while rc is None and time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            rc = os.waitstatus_to_exitcode(status) if done else None
+            time.sleep(0.1)
+        time.sleep(0.5)
+        left = [p for p in pids if _live(_stat(f"/proc/{p}/stat"))]
+    finally:
+        for p in pids | set(descendants(pid)):          # whatever a failure leaves
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if rc is None:
+            os.waitpid(pid, 0)
+    text = b"".join(out).decode(errors="replace")
+    assert rc == 143, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert not left, f"left behind: {left}"
+    last = events(run_dir(tmp_path, "h"))[-1]
+    assert last["event"] == "terminated" and last["signal"] == "SIGTERM", last
+    checkpoint.validate(last["checkpoint"], deep=True)
