@@ -316,8 +316,10 @@ def _check_out_dir(path: str, what: str) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     try:
         return _main(sys.argv[1:] if argv is None else list(argv))
-    except KeyboardInterrupt as e:   # Ctrl-C while parsing; a stop signal to any command
-        signum = getattr(e, "signum", signal.SIGINT)   # but train (yasgd.supervise.Stopped)
+    except KeyboardInterrupt as e:
+        # Ctrl-C while parsing, or any stop signal to a command but train
+        # (yasgd.supervise.Stopped, which carries the signal)
+        signum = getattr(e, "signum", signal.SIGINT)
         sys.stderr.write("yasgd: interrupted\n" if signum == signal.SIGINT else
                          f"yasgd: stopped by {signal.Signals(signum).name}\n")
         return 128 + signum

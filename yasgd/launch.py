@@ -53,8 +53,8 @@ import tempfile
 from typing import List, Optional
 
 from yasgd import UsageError, argtypes
-from yasgd.supervise import (STOP_FILE_ENV, STOP_TIMEOUT_S, Stopped, raise_stopped, say,
-                             stop_signals, supervise)
+from yasgd.supervise import (STOP_FILE_ENV, STOP_TIMEOUT_S, Stopped, say, stop_by_unwinding,
+                             supervise)
 
 
 
@@ -185,7 +185,7 @@ def parser(prog: str = "python -m yasgd.launch") -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None, prog: str = "python -m yasgd.launch") -> int:
-    previous = {sig: signal.signal(sig, raise_stopped) for sig in stop_signals()}
+    previous = stop_by_unwinding()
     try:
         p = parser(prog)
         return _launch(p, p.parse_args(argv))

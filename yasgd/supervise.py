@@ -13,7 +13,7 @@ or to keep it waiting for good.
 - The job gets SIGTERM when the launcher dies, however it dies (``PR_SET_PDEATHSIG``).
 
 Commands that stop by unwinding (the launcher's start-up, data tools, benchmarks: all but
-``yasgd train``, whose ranks stop at a step with a checkpoint) have :func:`raise_stopped`
+``yasgd train``, whose ranks stop at a step with a checkpoint) have :func:`stop_by_unwinding`
 turn every stop signal (:func:`stop_signals`) into :class:`Stopped`, a KeyboardInterrupt
 that carries the signal: their clean-up runs, and ``yasgd`` exits 128 + its number with
 one line.
@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional, Type
 
 STOP_FILE_ENV = "YASGD_STOP_FILE"   # yasgd.faults.STOP_FILE_ENV (not imported: no numpy here)
 POLL_S = 0.5          # how often the supervisor looks at mpirun and its ranks
@@ -36,21 +36,19 @@ PR_SET_PDEATHSIG = 1
 
 
 class Stopped(KeyboardInterrupt):
-    """A stop signal, raised where it lands (by :func:`raise_stopped`), as Ctrl-C is."""
+    """A stop signal, raised where it lands (:func:`stop_by_unwinding`), as Ctrl-C is."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
 
-def raise_stopped(signum, frame):
-    raise Stopped(signum)
-
-
-def stop_by_unwinding() -> None:
-    """Every stop signal (:func:`stop_signals`) raises :class:`Stopped` from here on."""
-    for sig in stop_signals():
-        signal.signal(sig, raise_stopped)
+def stop_by_unwinding(stopped: Type[Stopped] = Stopped) -> Dict[int, object]:
+    """From here on every stop signal (:func:`stop_signals`) raises ``stopped`` (a
+    :class:`Stopped`) where it lands; the handlers it replaced, to put back."""
+    def handler(signum, frame):
+        raise stopped(signum)
+    return {sig: signal.signal(sig, handler) for sig in stop_signals()}
 
 
 def pool_worker_setup(parent: int) -> None:
@@ -60,7 +58,8 @@ def pool_worker_setup(parent: int) -> None:
     ends the pool: a worker killed while it waits for a task holds the pool's queue lock for
     good, and ``Pool.terminate`` then waits for good. Instead the worker is tied to its
     parent (``PR_SET_PDEATHSIG``), and SIGTERM, which ``terminate`` sends, has its default
-    action back (not the parent's :func:`raise_stopped`, whose traceback each would print)."""
+    action back (not the parent's :func:`stop_by_unwinding` handler, whose traceback each
+    would print)."""
     os.setpgrp()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for sig in (signal.SIGINT, signal.SIGHUP):

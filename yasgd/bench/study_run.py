@@ -28,7 +28,7 @@ from yasgd.bench import common, machine, runcache
 from yasgd.bench.study import Arm, Run, Search, runs_left, search
 from yasgd.bench.study_plan import Scale, overrides
 from yasgd.meter import TrainingError
-from yasgd.supervise import Stopped, die_with_parent, stop_signals
+from yasgd.supervise import Stopped, die_with_parent, stop_by_unwinding
 
 
 class Interrupted(Stopped):
@@ -209,13 +209,7 @@ class Study:
             on_progress: Optional[Callable[[List[Search], bool], None]] = None) -> List[Search]:
         threads = threads_per_job(jobs)
         procs: Dict[str, subprocess.Popen] = {}
-        old = {}
-
-        def handler(signum, frame):   # noqa: ARG001
-            raise Interrupted(signum)
-
-        for sig in stop_signals():    # a hang-up too: no worker trains on unwatched
-            old[sig] = signal.signal(sig, handler)
+        old = stop_by_unwinding(Interrupted)    # a hang-up too: no worker trains unwatched
         t0, started = time.time(), 0
         in_flight: Dict[object, Run] = {}
         ex = ThreadPoolExecutor(max_workers=jobs)
