@@ -44,6 +44,9 @@ def test_launch_no_tuning_defaults_leaves_horovod_defaults():
 # --- OpenMPI's single-copy shared memory (CMA) -------------------------------------------
 from yasgd import launch, supervise  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_resume import wait_until  # noqa: E402
+
 SEND = """
 import numpy as np
 from mpi4py import MPI
@@ -259,10 +262,7 @@ def launchers():
 
 
 def _gone(job, within):
-    deadline = time.monotonic() + within
-    while job.left() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return not job.left()
+    wait_until(lambda: not job.left(), within, "the job's processes to end")
 
 
 def test_ranks_that_do_not_stop_are_killed_after_the_stop_timeout(tmp_path, launchers):
@@ -274,7 +274,7 @@ def test_ranks_that_do_not_stop_are_killed_after_the_stop_timeout(tmp_path, laun
     lines = [l for l in err.splitlines() if l.startswith("yasgd.launch:")]
     assert len(lines) == 1 and "the job has not ended 2 s after SIGTERM (--stop-timeout)" in \
         lines[0], err
-    assert _gone(job, 5), f"left behind: {job.left()}"
+    _gone(job, 5)
 
 
 def test_a_second_sigterm_kills_the_job_at_once(tmp_path, launchers):
@@ -287,7 +287,7 @@ def test_a_second_sigterm_kills_the_job_at_once(tmp_path, launchers):
     rc, took, err = job.finish()
     assert rc == 143 and took < 10, (rc, took, err)
     assert "yasgd.launch: second signal (SIGTERM): killing the job" in err, err
-    assert _gone(job, 5), f"left behind: {job.left()}"
+    _gone(job, 5)
 
 
 def test_sighup_stops_the_ranks_as_sigterm_does(tmp_path, launchers):
@@ -297,7 +297,7 @@ def test_sighup_stops_the_ranks_as_sigterm_does(tmp_path, launchers):
     rc, took, err = job.finish()
     assert rc == 143 and took < 15, (rc, took, err)
     assert [(tmp_path / f"got-{r}").read_text() for r in (0, 1)] == ["SIGTERM"] * 2
-    assert _gone(job, 5), f"left behind: {job.left()}"
+    _gone(job, 5)
 
 
 def test_sighup_ignored_at_start_leaves_the_job_running(tmp_path, launchers):
@@ -316,7 +316,7 @@ def test_a_launcher_killed_outright_takes_its_ranks_with_it(tmp_path, launchers)
     job.proc.send_signal(signal.SIGKILL)
     job.proc.wait(timeout=30)
     # mpirun gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and ends its ranks
-    assert _gone(job, 20), f"left behind: {job.left()}"
+    _gone(job, 20)
 
 
 def test_ctrl_c_while_the_launcher_starts_is_one_line(tmp_path):
