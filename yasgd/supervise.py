@@ -51,24 +51,6 @@ def stop_by_unwinding(stopped: Type[Stopped] = Stopped) -> Dict[int, object]:
     return {sig: signal.signal(sig, handler) for sig in stop_signals()}
 
 
-def pool_worker_setup(parent: int) -> None:
-    """The initializer of a multiprocessing pool's worker (``parent``: the pid that makes
-    the pool). The worker leaves its parent's process group, so that a stop signal to the
-    group (a terminal's Ctrl-C or hang-up, ``kill -- -PGID``) reaches only the parent, which
-    ends the pool: a worker killed while it waits for a task holds the pool's queue lock for
-    good, and ``Pool.terminate`` then waits for good. Instead the worker is tied to its
-    parent (``PR_SET_PDEATHSIG``), and SIGTERM, which ``terminate`` sends, has its default
-    action back (not the parent's :func:`stop_by_unwinding` handler, whose traceback each
-    would print)."""
-    os.setpgrp()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    for sig in (signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-    tie = die_with_parent(parent)
-    if tie is not None:
-        tie()
-
-
 def stop_signals() -> List[int]:
     """The signals the launcher turns into a stop of its job: SIGINT, SIGTERM, and SIGHUP
     unless it was started with SIGHUP ignored (``nohup``: the job is meant to outlive the

@@ -88,3 +88,26 @@ def test_im2rec_killed_outright_takes_its_workers_with_it(folder, tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_im2rec_worker_killed_is_one_line_naming_its_images(folder, tmp_path):
+    # a worker that dies (the OOM killer, a crash in the decoder) ends the command with
+    # the images it held, not a wait for results that never come
+    out = tmp_path / "rec"
+    proc, workers = _writing(folder, out, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        os.kill(workers[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    last = err.rstrip("\n").splitlines()[-1]
+    assert proc.returncode == 2, err
+    assert last.startswith("yasgd: error: im2rec: a worker process died while it encoded "
+                           "one of ") and "(it was killed by SIGKILL)" in last, err
+    assert str(folder) in last and "Traceback" not in err, err
+    assert not list(out.glob("*.part")) and not (out / "train.rec").exists(), os.listdir(out)
+    time.sleep(0.5)
+    assert not _left(workers), "a worker is left"

@@ -52,6 +52,7 @@ import numpy as np
 
 from yasgd import UsageError
 from yasgd.argtypes import MAX_PER_CORE
+from yasgd.workers import WorkerDied, Workers
 from yasgd.writable import entry_problem, nearest_existing
 from yasgd.data.verify import (  # noqa: F401 -- verify and its findings: re-exported
     DIGEST_HEADER, DamagedRecords, read_digests, verify, verify_records)
@@ -179,14 +180,6 @@ def _init_worker() -> None:
     cv2.setNumThreads(1)
 
 
-def _init_pool_worker(parent: int) -> None:
-    """A pool worker: one OpenCV thread; stop signals are the parent's, which ends the pool
-    and removes its partial files (:func:`yasgd.supervise.pool_worker_setup`)."""
-    from yasgd.supervise import pool_worker_setup
-    pool_worker_setup(parent)
-    _init_worker()
-
-
 def _write_split(items: Sequence[Tuple[str, int]], prefix: str, resize: int, quality: int,
                  workers: int, progress: bool, split: str, num_classes: int) -> dict:
     import mxnet as mx
@@ -195,18 +188,15 @@ def _write_split(items: Sequence[Tuple[str, int]], prefix: str, resize: int, qua
     writer = mx.recordio.MXIndexedRecordIO(tmp[".idx"], tmp[".rec"], "w")
     digests = None
     jobs = [(path, resize, quality) for path, _ in items]
-    pool = None
+    pool: Optional[Workers] = None
     skipped: List[str] = []
     per_class = np.zeros(num_classes, np.int64)
     key = nbytes = 0  # keys 0, 1, ... over the written records
     try:
         digests = open(tmp[".digests"], "w")
-        if workers > 1:
-            import multiprocessing as mp
-            method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-            pool = mp.get_context(method).Pool(workers, initializer=_init_pool_worker,
-                                               initargs=(os.getpid(),))
-            results = pool.imap(_encode, jobs, chunksize=8)  # imap keeps the order
+        if workers > 1:     # stop signals are this process's: it ends the workers
+            pool = Workers(_encode, jobs, workers, init=_init_worker)
+            results = iter(pool)
         else:
             _init_worker()
             results = map(_encode, jobs)
@@ -227,21 +217,20 @@ def _write_split(items: Sequence[Tuple[str, int]], prefix: str, resize: int, qua
                 key += 1
                 nbytes += len(payload)
         _check_kept(items, per_class, split)
+    except WorkerDied as e:
+        _discard(writer, digests, tmp)
+        names = ", ".join(path for path, _, _ in e.jobs)
+        raise UsageError(f"im2rec: a worker process died while it encoded one of {names} "
+                         f"({e.how}); the {split} split's partial files are removed") from None
     except BaseException as e:
-        writer.close()
-        if digests is not None:
-            digests.close()
-        for p in tmp.values():
-            if os.path.exists(p):
-                os.remove(p)
+        _discard(writer, digests, tmp)
         if isinstance(e, OSError):  # e.g. the disk is full: one line, not a traceback
             raise UsageError(f"im2rec: writing {tmp['.rec']} failed: "
                              f"{e.strerror or e}") from None
         raise
     finally:
         if pool is not None:
-            pool.terminate()
-            pool.join()
+            pool.close()
     writer.close()
     digests.close()
     for ext, path in tmp.items():
@@ -249,6 +238,16 @@ def _write_split(items: Sequence[Tuple[str, int]], prefix: str, resize: int, qua
     return {"records": key, "jpeg_bytes": nbytes,
             "rec_bytes": os.path.getsize(prefix + ".rec"), "skipped": len(skipped),
             "skipped_files": skipped[:10]}
+
+
+def _discard(writer, digests, tmp: Dict[str, str]) -> None:
+    """Close the split's partial files and remove them."""
+    writer.close()
+    if digests is not None:
+        digests.close()
+    for p in tmp.values():
+        if os.path.exists(p):
+            os.remove(p)
 
 
 def _check_kept(items: Sequence[Tuple[str, int]], per_class: np.ndarray, split: str) -> None:
