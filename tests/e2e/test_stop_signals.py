@@ -3,6 +3,8 @@ stop at a step with a checkpoint: tests/e2e/test_faults.py): ``yasgd data im2rec
 pool of worker processes, signalled as a terminal or a scheduler signals a job (its whole
 process group) while it writes. Each signal ends it with one line and exit status 128 + its
 number, the partial files removed, no worker left, no traceback from the parent or a worker.
+A worker that dies ends it with one line. A bench killed outright leaves none of the
+processes it started.
 """
 import os
 import signal
@@ -48,6 +50,21 @@ def _left(workers):
     return [w for w in workers if _live(_stat(f"/proc/{w}/stat"))]
 
 
+def _killed_alone(proc, started):
+    """SIGKILL ``proc`` alone; each of the processes it ``started`` ends within 10 s."""
+    proc.kill()
+    proc.wait(timeout=30)
+    wait_until(lambda: not _left(started), 10, "the processes it started to end")
+
+
+def _kill_all(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 @pytest.mark.parametrize("sig,line", [
     (signal.SIGINT, "yasgd: interrupted"),
     (signal.SIGTERM, "yasgd: stopped by SIGTERM"),
@@ -79,15 +96,9 @@ def test_im2rec_killed_outright_takes_its_workers_with_it(folder, tmp_path):
     proc, workers = _writing(folder, tmp_path / "rec", stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
-        proc.kill()
-        proc.wait(timeout=30)
-        wait_until(lambda: not _left(workers), 10, "the workers to end")
+        _killed_alone(proc, workers)
     finally:
-        for pid in [proc.pid] + workers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill_all([proc.pid] + workers)
 
 
 def test_im2rec_worker_killed_is_one_line_naming_its_images(folder, tmp_path):
@@ -111,3 +122,46 @@ def test_im2rec_worker_killed_is_one_line_naming_its_images(folder, tmp_path):
     assert not list(out.glob("*.part")) and not (out / "train.rec").exists(), os.listdir(out)
     time.sleep(0.5)
     assert not _left(workers), "a worker is left"
+
+
+def _tree(pid):
+    """``pid``'s live descendants."""
+    kids, out, todo = _children(), [], [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+@pytest.mark.parametrize("bench,worker", [
+    ("optimizer", "yasgd.bench.optimizer"),   # a worker process (procs.run_process)
+    ("allreduce", "yasgd.bench.allreduce"),   # 2 ranks through yasgd.launch (launch_ranks)
+])
+def test_a_bench_killed_outright_takes_its_timed_processes_with_it(tmp_path, bench, worker):
+    # SIGKILL to the bench alone (not its group: nothing else reaches its children), once
+    # its timed processes run: each is tied to it and ends, the launcher's ranks included
+    # not --quick: left alone, its timed processes run for longer than the wait below
+    proc = subprocess.Popen([YASGD, "bench", bench, "--out", str(tmp_path)],
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = []
+    try:
+        def workers_run():
+            tree = _tree(proc.pid)
+            started[:] = tree
+            ranks = [p for p in tree if _cmdline(p).split()[1:3] == ["-m", worker]]
+            return len(ranks) == (2 if bench == "allreduce" else 1)
+        wait_until(workers_run, 120, f"{worker} to start")
+        assert len(started) == (4 if bench == "allreduce" else 1), started  # launcher, mpirun
+        _killed_alone(proc, started)
+    finally:
+        _kill_all([proc.pid] + started)
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

@@ -32,6 +32,8 @@ import subprocess
 import sys
 import time
 
+from yasgd.supervise import die_with_parent
+
 THREADS = (1, 2)
 BACKENDS = ("yasgd", "mxnet")
 BUILTIN = "multi_sum_sq(W+G) built-in"   # MXNet's own, float32 accumulation ('mxnet' only)
@@ -147,7 +149,7 @@ def run(out_dir="results", quick=False):
         env.pop("YASGD_OPS", None)
         proc = subprocess.run([sys.executable, "-m", "yasgd.bench.ops_micro", "--worker",
                                "--iters", str(iters)], env=env, capture_output=True,
-                              text=True, check=True)
+                              text=True, check=True, preexec_fn=die_with_parent())
         res = json.loads(proc.stdout.strip().splitlines()[-1])
         report["threads"][str(t)] = res
         report["tensors"], report["floats"] = res["tensors"], res["floats"]

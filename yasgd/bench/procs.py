@@ -4,7 +4,8 @@
   ``jobs/common.sh`` versus Horovod's and MXNet's own defaults (Horovod reads them at
   ``hvd.init``, so each setting needs its own launch);
 * :func:`launch_ranks` -- a 2-rank worker through ``python -m yasgd.launch`` (mpirun);
-  :func:`run_process` -- a worker as one process;
+  :func:`run_process` -- a worker as one process; each ends with the bench, however the
+  bench ends (``PR_SET_PDEATHSIG``: SIGTERM, on which the launcher stops its ranks);
 * :func:`bench_main` -- the script entry of a benchmark module (``yasgd bench NAME``'s
   options, or ``--worker`` for the processes it launches itself).
 """
@@ -16,6 +17,7 @@ import sys
 from typing import Dict, Optional, Sequence
 
 from yasgd.bench.machine import REPO_ROOT
+from yasgd.supervise import die_with_parent
 
 COMMON_SH = os.path.join(REPO_ROOT, "jobs", "common.sh")
 
@@ -67,7 +69,7 @@ def launch_ranks(module: str, args: Sequence[str], env: Dict[str, str], np_: int
     cmd = [sys.executable, "-m", "yasgd.launch", "-np", str(np_), "--timeout", str(int(timeout)),
            "--no-tuning-defaults",
            "--", sys.executable, "-m", module, "--worker"] + list(args)
-    proc = subprocess.run(cmd, env=env, cwd=REPO_ROOT)
+    proc = subprocess.run(cmd, env=env, cwd=REPO_ROOT, preexec_fn=die_with_parent())
     if proc.returncode != 0:
         raise RuntimeError(f"{module} on {np_} ranks failed with exit status {proc.returncode} "
                            f"({' '.join(cmd)})")
@@ -79,12 +81,13 @@ def run_process(module: str, args: Sequence[str], env: Dict[str, str],
     ``log``: a file that takes the process's stdout and stderr (for processes that run
     side by side); its last lines are in the error when the process fails."""
     cmd = [sys.executable, "-m", module, "--worker"] + list(args)
+    tie = die_with_parent()
     if log is None:
-        proc = subprocess.run(cmd, env=env, cwd=REPO_ROOT, timeout=timeout)
+        proc = subprocess.run(cmd, env=env, cwd=REPO_ROOT, timeout=timeout, preexec_fn=tie)
     else:
         with open(log, "w") as f:
             proc = subprocess.run(cmd, env=env, cwd=REPO_ROOT, timeout=timeout, stdout=f,
-                                  stderr=subprocess.STDOUT)
+                                  stderr=subprocess.STDOUT, preexec_fn=tie)
     if proc.returncode != 0:
         tail = ""
         if log is not None:
