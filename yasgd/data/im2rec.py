@@ -217,13 +217,18 @@ def _write_split(items: Sequence[Tuple[str, int]], prefix: str, resize: int, qua
                 key += 1
                 nbytes += len(payload)
         _check_kept(items, per_class, split)
-    except WorkerDied as e:
-        _discard(writer, digests, tmp)
-        names = ", ".join(path for path, _, _ in e.jobs)
-        raise UsageError(f"im2rec: a worker process died while it encoded one of {names} "
-                         f"({e.how}); the {split} split's partial files are removed") from None
     except BaseException as e:
-        _discard(writer, digests, tmp)
+        writer.close()
+        if digests is not None:
+            digests.close()
+        for p in tmp.values():
+            if os.path.exists(p):
+                os.remove(p)
+        if isinstance(e, WorkerDied):
+            names = ", ".join(path for path, _, _ in e.jobs)
+            raise UsageError(f"im2rec: a worker process died while it encoded one of {names} "
+                             f"({e.how}); the {split} split's partial files are "
+                             "removed") from None
         if isinstance(e, OSError):  # e.g. the disk is full: one line, not a traceback
             raise UsageError(f"im2rec: writing {tmp['.rec']} failed: "
                              f"{e.strerror or e}") from None
@@ -238,16 +243,6 @@ def _write_split(items: Sequence[Tuple[str, int]], prefix: str, resize: int, qua
     return {"records": key, "jpeg_bytes": nbytes,
             "rec_bytes": os.path.getsize(prefix + ".rec"), "skipped": len(skipped),
             "skipped_files": skipped[:10]}
-
-
-def _discard(writer, digests, tmp: Dict[str, str]) -> None:
-    """Close the split's partial files and remove them."""
-    writer.close()
-    if digests is not None:
-        digests.close()
-    for p in tmp.values():
-        if os.path.exists(p):
-            os.remove(p)
 
 
 def _check_kept(items: Sequence[Tuple[str, int]], per_class: np.ndarray, split: str) -> None:
