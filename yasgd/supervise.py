@@ -111,20 +111,28 @@ def _live_children(pid: int) -> List[int]:
     return [kid for kid in kids if _live(_stat(f"/proc/{kid}/stat"))]
 
 
-def rank_pids(root: int) -> List[int]:
-    """Processes under ``root`` that are ranks (OpenMPI or Horovod set their rank)."""
+def descendants(root: int) -> List[int]:
+    """The live (not zombie) processes under ``root``, at every depth."""
     kids = _children()
     out, todo = [], [root]
     while todo:
         for pid in kids.get(todo.pop(), []):
             todo.append(pid)
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    environ = b"\0" + f.read()
-            except OSError:
-                continue
-            if b"\0OMPI_COMM_WORLD_RANK=" in environ or b"\0HOROVOD_RANK=" in environ:
-                out.append(pid)
+            out.append(pid)
+    return out
+
+
+def rank_pids(root: int) -> List[int]:
+    """Processes under ``root`` that are ranks (OpenMPI or Horovod set their rank)."""
+    out = []
+    for pid in descendants(root):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = b"\0" + f.read()
+        except OSError:
+            continue
+        if b"\0OMPI_COMM_WORLD_RANK=" in environ or b"\0HOROVOD_RANK=" in environ:
+            out.append(pid)
     return out
 
 

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_resume import wait_until  # noqa: E402
 from yasgd.data.testdata import make_imagenet_folder  # noqa: E402
-from yasgd.supervise import _children, _live, _stat  # noqa: E402
+from yasgd.supervise import _children, _live, _stat, descendants  # noqa: E402
 
 YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
 
@@ -124,16 +124,6 @@ def test_im2rec_worker_killed_is_one_line_naming_its_images(folder, tmp_path):
     assert not _left(workers), "a worker is left"
 
 
-def _tree(pid):
-    """``pid``'s live descendants."""
-    kids, out, todo = _children(), [], [pid]
-    while todo:
-        for c in kids.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 @pytest.mark.parametrize("bench,worker", [
     ("optimizer", "yasgd.bench.optimizer"),   # a worker process (procs.run_process)
     ("allreduce", "yasgd.bench.allreduce"),   # 2 ranks through yasgd.launch (launch_ranks)
@@ -148,7 +138,7 @@ def test_a_bench_killed_outright_takes_its_timed_processes_with_it(tmp_path, ben
     started = []
     try:
         def workers_run():
-            tree = _tree(proc.pid)
+            tree = descendants(proc.pid)
             started[:] = tree
             ranks = [p for p in tree if _cmdline(p).split()[1:3] == ["-m", worker]]
             return len(ranks) == (2 if bench == "allreduce" else 1)
