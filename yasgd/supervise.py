@@ -15,13 +15,15 @@ or to keep it waiting for good.
 Commands that stop by unwinding (the launcher's start-up, data tools, benchmarks: all but
 ``yasgd train``, whose ranks stop at a step with a checkpoint) have :func:`stop_by_unwinding`
 turn every stop signal (:func:`stop_signals`) into :class:`Stopped`, a KeyboardInterrupt
-that carries the signal: their clean-up runs, and ``yasgd`` exits 128 + its number with
-one line.
+that carries the signal: their clean-up runs (for at most ``CLEANUP_S`` seconds), and
+``yasgd`` exits 128 + its number with one line. Their worker processes
+(:func:`worker_setup`) are the command's to end, not the signal's.
 """
 from __future__ import annotations
 
 import glob
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -32,6 +34,8 @@ STOP_FILE_ENV = "YASGD_STOP_FILE"   # yasgd.faults.STOP_FILE_ENV (not imported: 
 POLL_S = 0.5          # how often the supervisor looks at mpirun and its ranks
 STUCK_AFTER_S = 30.0  # a launcher with no rank left this long has hung: see _wait
 STOP_TIMEOUT_S = 120.0  # --stop-timeout's default: the watchdog's floor (yasgd.watchdog)
+CLEANUP_S = 30.0      # how long a command that stops by unwinding may take to clean up
+AGAIN_S = 0.01        # a stop that landed in a finaliser is sent again this much later
 PR_SET_PDEATHSIG = 1
 
 
@@ -43,12 +47,120 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+class ChildStopped(SystemExit):
+    """A stop signal in a process forked, not by ``multiprocessing``, from one that stops by
+    unwinding: it ends with 128 + the signal's number, unwinding, and no traceback."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
 def stop_by_unwinding(stopped: Type[Stopped] = Stopped) -> Dict[int, object]:
     """From here on every stop signal (:func:`stop_signals`) raises ``stopped`` (a
-    :class:`Stopped`) where it lands; the handlers it replaced, to put back."""
+    :class:`Stopped`) where it lands; the handlers it replaced, to put back. The first
+    one also bounds the clean-up (:func:`_watch`). A stop that lands where
+    Python can only print an exception is not lost (:func:`_stop_again`). Processes that
+    ``multiprocessing`` forks from here on (a library's worker pool: gluon's DataLoader)
+    are set up as :func:`worker_setup` says, so that a stop signal to the process group
+    reaches only this process, whose clean-up ends its pools the way they are made to
+    end; any other process forked with the handler raises :class:`ChildStopped`."""
+    owner = os.getpid()
+
     def handler(signum, frame):
+        if os.getpid() != owner:
+            raise ChildStopped(signum)
+        _events.put(("stop", signum))
         raise stopped(signum)
+    if not _hooked:
+        import threading
+        from multiprocessing import util
+        threading.Thread(target=_watch, daemon=True).start()
+        sys.unraisablehook = _stop_again(sys.unraisablehook)
+        # keyed on this module, which lives as long as the process
+        util.register_after_fork(sys.modules[__name__],
+                                 lambda _: worker_setup(os.getppid()))
+        _hooked.append(True)
     return {sig: signal.signal(sig, handler) for sig in stop_signals()}
+
+
+def worker_setup(parent: int) -> None:
+    """A worker process (forked by ``multiprocessing``, :class:`yasgd.workers.Workers`'s
+    or a library's pool) leaves its parent's process group, so that a stop signal to the
+    group (a terminal's Ctrl-C or hang-up, ``kill -- -PGID``) reaches only the parent,
+    which ends the workers; SIGINT and SIGHUP are ignored and SIGTERM has its default
+    action, which is how a pool ends its workers (``Pool.terminate``): a Python handler
+    would run only when the worker's main thread next runs Python code, so a worker whose
+    main thread waits on a lock while the signal lands on another of its threads would
+    never end. It is tied to its parent (``PR_SET_PDEATHSIG``) instead, so a parent
+    killed outright takes it along. A broken connection is not reported
+    (:func:`_quiet_when_cut_off`)."""
+    os.setpgrp()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    sys.excepthook = _quiet_when_cut_off(sys.excepthook)
+    tie = die_with_parent(parent)
+    if tie is not None:
+        tie()
+
+
+def _quiet_when_cut_off(hook: Callable) -> Callable:
+    """A worker's ``sys.excepthook``: silent for a broken connection. ``multiprocessing``'s
+    resource sharer, a thread in a worker that hands its shared-memory arrays to its
+    parent, reports through it the connection a parent drops half-way, which a parent
+    does when it stops: that parent reports the stop. Anything else goes to ``hook``."""
+    def excepthook(kind, value, tb) -> None:
+        if not issubclass(kind, (ConnectionError, EOFError)):
+            hook(kind, value, tb)
+    return excepthook
+
+
+_hooked: List[bool] = []
+# requests to _watch: SimpleQueue.put is safe in a signal handler or a finaliser, whatever
+# the main thread was doing (starting a thread there may deadlock on threading's own lock)
+_events: "queue.SimpleQueue" = queue.SimpleQueue()
+
+
+def _watch() -> None:
+    """A thread of its own: at the first stop, ends the process ``CLEANUP_S`` seconds
+    later with 128 + the signal's number and one line, should its clean-up not have ended
+    by then (a library's pool that waits for good for a worker that will not answer); it
+    fires while the main thread waits in a call that no signal interrupts. A stop that
+    landed in a finaliser (:func:`_stop_again`) is sent to the main thread again."""
+    import threading
+    main, first, deadline = threading.main_thread().ident, None, None
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            what, signum = _events.get(timeout=left)
+        except queue.Empty:
+            say(f"yasgd: stopped by {signal.Signals(first).name}; its clean-up had not "
+                f"ended {CLEANUP_S:.0f} s later and was cut short")
+            os._exit(128 + first)
+        if what == "stop" and first is None:
+            first, deadline = signum, time.monotonic() + CLEANUP_S
+        elif what == "again":
+            time.sleep(AGAIN_S)
+            signal.pthread_kill(main, signum)
+
+
+def _stop_again(hook: Callable) -> Callable:
+    """``sys.unraisablehook`` for :func:`stop_by_unwinding`. A signal handler's exception
+    raised while a ``__del__``, a weakref callback or a ctypes callback runs (MXNet frees
+    its arrays in ``NDArray.__del__``) cannot propagate: Python prints it as "Exception
+    ignored in" and goes on, and the stop would be lost. Here it is not printed, and
+    :func:`_watch` sends the signal to the main thread again a moment later (sent from
+    here, its handler would run at once, inside the finaliser again). Every other
+    unraisable exception goes to ``hook``."""
+    def on_unraisable(unraisable) -> None:
+        exc = unraisable.exc_value
+        if isinstance(exc, (Stopped, ChildStopped)):
+            if not sys.is_finalizing():
+                _events.put(("again", exc.signum))
+            return
+        hook(unraisable)
+    return on_unraisable
 
 
 def stop_signals() -> List[int]:

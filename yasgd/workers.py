@@ -16,7 +16,7 @@ import os
 import signal
 from typing import Any, Callable, Iterator, List, Optional, Sequence
 
-from yasgd.supervise import die_with_parent
+from yasgd.supervise import worker_setup
 
 
 class WorkerDied(RuntimeError):
@@ -25,21 +25,6 @@ class WorkerDied(RuntimeError):
     def __init__(self, how: str, jobs: Sequence[Any]):
         super().__init__(how)
         self.how, self.jobs = how, list(jobs)
-
-
-def worker_setup(parent: int) -> None:
-    """A worker leaves its parent's process group, so that a stop signal to the group (a
-    terminal's Ctrl-C or hang-up, ``kill -- -PGID``) reaches only the parent, which ends
-    the workers; SIGINT and SIGHUP are ignored and SIGTERM has its default action (not the
-    parent's handlers, whose traceback each worker would print). It is tied to its parent
-    (``PR_SET_PDEATHSIG``) instead, so a parent killed outright takes it along."""
-    os.setpgrp()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    for sig in (signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-    tie = die_with_parent(parent)
-    if tie is not None:
-        tie()
 
 
 def _serve(fn: Callable, init: Optional[Callable], jobs: Sequence[Any], parent: int,

@@ -4,7 +4,8 @@ pool of worker processes, signalled as a terminal or a scheduler signals a job (
 process group) while it writes. Each signal ends it with one line and exit status 128 + its
 number, the partial files removed, no worker left, no traceback from the parent or a worker.
 A worker that dies ends it with one line. A bench killed outright leaves none of the
-processes it started.
+processes it started. ``yasgd bench data`` signalled while gluon's DataLoader loads with
+worker processes of its own making ends the same way.
 """
 import os
 import signal
@@ -155,3 +156,33 @@ def _cmdline(pid):
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize("sig,line", [
+    (signal.SIGINT, "yasgd: interrupted"),
+    (signal.SIGTERM, "yasgd: stopped by SIGTERM"),
+    (signal.SIGHUP, "yasgd: stopped by SIGHUP"),
+], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_bench_data_stopped_while_gluons_worker_processes_load(tmp_path, sig, line):
+    # `bench data` times gluon's DataLoader with worker processes of its own making (a
+    # multiprocessing.Pool): the group's signal reaches only the bench, which ends the
+    # pool as the DataLoader does; one line, no worker's traceback, nothing left, no result
+    proc = subprocess.Popen([YASGD, "bench", "data", "--quick", "--out", str(tmp_path)],
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    workers = []
+    try:
+        for out in proc.stdout:         # the arm before the one with worker processes
+            if out.lstrip().startswith("gluon ImageFolderDataset"):
+                break
+        wait_until(lambda: len(descendants(proc.pid)) >= 2, 60, "the DataLoader's workers")
+        workers = descendants(proc.pid)
+        time.sleep(0.3)
+        os.killpg(proc.pid, sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        _kill_all([proc.pid] + workers)
+    assert (proc.returncode, err) == (128 + sig, line + "\n"), err
+    wait_until(lambda: not _left(workers), 10, "the DataLoader's workers to end")
+    assert not (tmp_path / "bench_data.json").exists()
