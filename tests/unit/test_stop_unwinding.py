@@ -43,6 +43,13 @@ def _end(proc, tmp, timeout):
     return rc, (tmp / "out").read_text(), (tmp / "err").read_text()
 
 
+def _until_printed(tmp, text, timeout):
+    """Wait at most ``timeout`` s for ``text`` in the output of :func:`_start`'s process."""
+    deadline = time.monotonic() + timeout
+    while text not in (tmp / "out").read_text() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _session(sid):
     """The live processes of session ``sid`` but its leader."""
     out = []
@@ -150,9 +157,7 @@ def test_a_group_signal_stops_the_parent_which_ends_its_pool(sig, tmp_path):
             print("stopped", e.signum, flush=True)
             sys.exit(128 + e.signum)
         """, tmp_path)
-    deadline = time.monotonic() + 60
-    while "groups" not in (tmp_path / "out").read_text() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _until_printed(tmp_path, "groups", 60)
     workers = _session(proc.pid)
     os.killpg(proc.pid, sig)
     try:
@@ -210,9 +215,7 @@ def test_a_clean_up_that_never_ends_is_cut_short(tmp_path):
         finally:
             threading.Event().wait()      # a clean-up that waits for good
         """, tmp_path)
-    deadline = time.monotonic() + 30
-    while (tmp_path / "out").read_text() != "running\n" and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _until_printed(tmp_path, "running\n", 30)
     os.kill(proc.pid, signal.SIGTERM)
     rc, _, err = _end(proc, tmp_path, 20)
     assert rc == 128 + signal.SIGTERM
