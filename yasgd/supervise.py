@@ -27,6 +27,7 @@ import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, Dict, List, Optional, Type
 
@@ -73,7 +74,6 @@ def stop_by_unwinding(stopped: Type[Stopped] = Stopped) -> Dict[int, object]:
         _events.put(("stop", signum))
         raise stopped(signum)
     if not _hooked:
-        import threading
         from multiprocessing import util
         threading.Thread(target=_watch, daemon=True).start()
         sys.unraisablehook = _stop_again(sys.unraisablehook)
@@ -128,7 +128,6 @@ def _watch() -> None:
     by then (a library's pool that waits for good for a worker that will not answer); it
     fires while the main thread waits in a call that no signal interrupts. A stop that
     landed in a finaliser (:func:`_stop_again`) is sent to the main thread again."""
-    import threading
     main, first, deadline = threading.main_thread().ident, None, None
     while True:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
