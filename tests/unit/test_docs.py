@@ -11,10 +11,11 @@ import glob
 import json
 import os
 import re
+import shutil
 
 import pytest
 
-from yasgd.bench import report, report_logs
+from yasgd.bench import report, report_logs, summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 README = os.path.join(ROOT, "README.md")
@@ -341,3 +342,20 @@ def test_a_record_is_read_only_from_a_regular_file(tmp_path, capsys, which):
         assert err == (f"yasgd.bench.report: error: --make-{which}-log: {path} is not a "
                        f"regular file: give the saved output of `make {which}`\n")
     assert not list(tmp_path.glob("*.log"))
+
+
+def test_summary_agrees_with_the_bench_records(tmp_path):
+    """examples/results/SUMMARY.md, from its index on, is what its bench_*.json/.md make now
+    (``report --check`` says so too); a changed bench table makes it stale, and only the
+    generation stamp above the index may differ."""
+    assert not summary.stale(report.DEFAULT_RESULTS)
+    for path in glob.glob(os.path.join(report.DEFAULT_RESULTS, "bench_*")) + [
+            os.path.join(report.DEFAULT_RESULTS, "SUMMARY.md")]:
+        shutil.copy(path, tmp_path)
+    text = (tmp_path / "SUMMARY.md").read_text()
+    (tmp_path / "SUMMARY.md").write_text(text.replace("Generated ", "Generated long ago, ", 1))
+    assert not summary.stale(str(tmp_path))
+    md = tmp_path / "bench_ablation.md"
+    md.write_text(md.read_text().replace(" met |", " not met |", 1))
+    assert summary.stale(str(tmp_path))
+    assert not summary.stale(str(tmp_path / "nowhere"))

@@ -19,7 +19,8 @@ folder (``--results``, default ``examples/results``; a file missing there is rea
   tables are computed here, at generation time, never copied.
 
 ``--check`` rewrites nothing and exits 1 naming every block that differs from what the
-records give (``tests/unit/test_docs.py`` does the same in memory).
+records give, and a SUMMARY.md that differs from them (:func:`yasgd.bench.summary.stale`);
+``tests/unit/test_docs.py`` does the same in memory.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from yasgd.bench.report_bench import (bench_acceptance, bench_allreduce, bench_i
 from yasgd.bench.data_imagenet import loader_feeds_gpu
 from yasgd.bench.report_logs import RECORDED_LOGS, make_test, make_train, read_log, write_record
 from yasgd.bench.report_study import ablation_results, largebatch_reading, largebatch_results
+from yasgd.bench import summary
 from yasgd.bench.report_simulate import (prior_work, simulate_abci2019, simulate_abci3,
                                          simulate_constants, simulate_inputs,
                                          simulate_single_node, simulate_sweeps, simulate_tail,
@@ -168,7 +170,12 @@ def main(argv: List[str] = None) -> int:
                 print(f"{f}: block {n} differs from the records in {args.results}")
             print("generated blocks up to date" if not bad else
                   f"{len(bad)} block(s) out of date: run python -m yasgd.bench.report")
-            return 1 if bad else 0
+            old_summary = summary.stale(args.results)
+            if old_summary:
+                print(f"{os.path.join(args.results, 'SUMMARY.md')} differs from the bench_*.md "
+                      f"in {args.results}: run python -m yasgd.bench.summary --out "
+                      f"{args.results}")
+            return 1 if bad or old_summary else 0
         done = write(REPO, args.results)
     except (OSError, ValueError, KeyError) as e:
         print(f"yasgd.bench.report: error: {e}", file=sys.stderr)

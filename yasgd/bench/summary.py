@@ -147,6 +147,19 @@ def write(out_dir: str) -> str:
     return path
 
 
+def stale(out_dir: str) -> bool:
+    """Whether ``DIR/SUMMARY.md`` differs, from its index on (what the records make; above
+    it: when and on what it was generated), from what the bench_*.json/.md in DIR make
+    now. A folder without one has nothing to disagree with."""
+    try:
+        with open(os.path.join(out_dir, "SUMMARY.md")) as f:
+            old = f.read()
+    except FileNotFoundError:
+        return False
+    new = render(out_dir, collect(out_dir), {})
+    return old[old.find("## Index"):] != new[new.find("## Index"):]
+
+
 def main(argv: List[str] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m yasgd.bench.summary", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results", help="folder holding bench_*.json/.md")
