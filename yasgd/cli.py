@@ -299,7 +299,10 @@ def _run(args: argparse.Namespace) -> int:
         _check_out_dir(args.run_dir, "provenance RUN_DIR")
         if args.hostfile is not None:
             argtypes.check_hostfile(args.hostfile, "provenance --hostfile")
-        path = provenance.write(args.run_dir, hostfile=args.hostfile)
+        from yasgd import outputs
+        os.makedirs(args.run_dir, exist_ok=True)
+        path = os.path.join(args.run_dir, "provenance.json")
+        outputs.write_json(path, provenance.collect(hostfile=args.hostfile))
         print(path)
         return 0
     raise AssertionError(args.command)

@@ -32,6 +32,7 @@ import sys
 from typing import List, Optional, Sequence
 
 from yasgd import UsageError
+from yasgd import outputs
 from yasgd.argtypes import YEAR_S
 from yasgd.writable import file_problem
 
@@ -316,10 +317,7 @@ def write_script(script_text: str, path: Optional[str] = None, executable: bool 
         sys.stdout.buffer.flush()
         return
     try:
-        with open(path, "wb") as f:
-            f.write(data)
-        if executable:
-            os.chmod(path, 0o755)
+        outputs.write_bytes(path, data, 0o755 if executable else None)
     except OSError as e:
         raise UsageError(f"cannot write --output {path!r}: {e.strerror or e}")
 

@@ -27,6 +27,7 @@ import tempfile
 import zipfile
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from yasgd import outputs
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mxnet_cuda_wheels.json")
 LIBRARY = "mxnet/libmxnet.so"
 #: the GPUs the documents and the preflight name, with their compute capability
@@ -191,8 +192,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.out == "-":
             sys.stdout.write(text)
         else:
-            with open(args.out, "w") as f:
-                f.write(text)
+            outputs.write_text(args.out, text)
     except (ValueError, KeyError, OSError, RuntimeError, zipfile.BadZipFile) as e:
         # a bad capability, a missing or damaged wheel, no cuobjdump: one line, status 2
         sys.stderr.write(f"yasgd: error: wheelarch {args.cmd}: {e}\n")

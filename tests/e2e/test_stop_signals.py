@@ -5,7 +5,8 @@ process group) while it writes. Each signal ends it with one line and exit statu
 number, the partial files removed, no worker left, no traceback from the parent or a worker.
 A worker that dies ends it with one line. A bench killed outright leaves none of the
 processes it started. ``yasgd bench data`` signalled while gluon's DataLoader loads with
-worker processes of its own making ends the same way.
+worker processes of its own making ends the same way. A bench signalled while it writes
+its results leaves the results it had before, whole.
 """
 import os
 import signal
@@ -186,3 +187,32 @@ def test_bench_data_stopped_while_gluons_worker_processes_load(tmp_path, sig, li
     assert (proc.returncode, err) == (128 + sig, line + "\n"), err
     wait_until(lambda: not _left(workers), 10, "the DataLoader's workers to end")
     assert not (tmp_path / "bench_data.json").exists()
+
+
+def test_a_bench_stopped_while_it_writes_its_results_leaves_the_old_ones(tmp_path):
+    # the folder holds an earlier result; the group's SIGTERM lands the moment the bench
+    # starts writing the new one (its first file appears): the old plot, JSON and table
+    # stay as they were, whole, and nothing else is left in the folder
+    names = ["bench_optimizer.json", "bench_optimizer.md", "bench_optimizer.png"]
+    for n in names:
+        (tmp_path / n).write_text(f"an earlier {n}\n")
+    before = {n: os.stat(tmp_path / n).st_mtime_ns for n in names}
+    proc = subprocess.Popen([YASGD, "bench", "optimizer", "--quick", "--out", str(tmp_path)],
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline:
+            entries = os.listdir(tmp_path)
+            if len(entries) > len(names) or any(
+                    os.stat(tmp_path / n).st_mtime_ns != before[n] for n in names):
+                os.killpg(proc.pid, signal.SIGTERM)
+                break
+            time.sleep(0.001)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        _kill_all([proc.pid])
+    assert (proc.returncode, err) == (143, "yasgd: stopped by SIGTERM\n"), err
+    assert sorted(os.listdir(tmp_path)) == names
+    assert [(tmp_path / n).read_bytes()[:40] for n in names] == [
+        f"an earlier {n}\n".encode() for n in names]

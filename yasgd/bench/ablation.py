@@ -28,6 +28,7 @@ from __future__ import annotations
 import sys
 from typing import Dict, List, Optional, Sequence
 
+from yasgd import outputs
 from yasgd.bench import common, study_report as sr
 from yasgd.bench.study_plan import FULL, QUICK, ablation_arms, select
 from yasgd.bench.study_run import Study, compute, run_bench, table_hardware
@@ -179,6 +180,7 @@ def _plot(effects: List[Dict[str, object]], out_dir: str, quick: bool) -> Option
                      quick, None, os.path.join(out_dir, f"bench_{NAME}.png"))
 
 
+@outputs.together()
 def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: float,
            partial: bool, progress: bool = False) -> dict:
     """The JSON, the table and (unless ``progress``: the rewrite after each run) the plots."""

@@ -38,6 +38,7 @@ import sys
 import tempfile
 from typing import Dict, List
 
+from yasgd import outputs
 from yasgd.bench import common
 
 NAME = "allreduce"
@@ -190,20 +191,21 @@ def report(results: Dict[str, dict], out_dir: str, quick: bool, repeats: int,
         f"{bound:.1f} ms (the faster of the launches); bus bandwidth = 2(n-1)/n x bytes / time.",
     ]
     labels = [f"{r['way']} [{r['setting']}]" for r in records]
-    plot = common.bar_chart(os.path.join(out_dir, "bench_allreduce.png"), labels,
-                            [r["median_ms"] for r in records], "ms to sum 102 MB over 2 ranks (median)",
-                            "ResNet-50 gradients, 2 ranks" + (" (--quick)" if quick else ""),
-                            ref=bound, ref_label="memory copy",
-                            colors=["#4C72B0" if r["setting"] == "horovod-default" else "#55A868"
-                                    for r in records])
-    common.write_results(out_dir, NAME, records, table, notes=notes,
-                         title="Allreduce of ResNet-50's gradients, 2 ranks (yasgd bench allreduce)",
-                         setup={"ranks": n, "tensors": any_res["tensors"], "bytes": nbytes,
-                                "repeats": repeats, "warmup": warmup, "omp_num_threads": 1,
-                                "budgets_mb": list(BUDGETS_MB), "statistic": "median",
-                                "settings": {s: r["horovod_env"] for s, r in results.items()}},
-                         quick=quick, acceptance_lines=acc, plots=[plot],
-                         hw=hw or common.hardware({"omp_num_threads": "1 per rank"}))
+    with outputs.together():
+        plot = common.bar_chart(os.path.join(out_dir, "bench_allreduce.png"), labels,
+                                [r["median_ms"] for r in records], "ms to sum 102 MB over 2 ranks (median)",
+                                "ResNet-50 gradients, 2 ranks" + (" (--quick)" if quick else ""),
+                                ref=bound, ref_label="memory copy",
+                                colors=["#4C72B0" if r["setting"] == "horovod-default" else "#55A868"
+                                        for r in records])
+        common.write_results(out_dir, NAME, records, table, notes=notes,
+                             title="Allreduce of ResNet-50's gradients, 2 ranks (yasgd bench allreduce)",
+                             setup={"ranks": n, "tensors": any_res["tensors"], "bytes": nbytes,
+                                    "repeats": repeats, "warmup": warmup, "omp_num_threads": 1,
+                                    "budgets_mb": list(BUDGETS_MB), "statistic": "median",
+                                    "settings": {s: r["horovod_env"] for s, r in results.items()}},
+                             quick=quick, acceptance_lines=acc, plots=[plot],
+                             hw=hw or common.hardware({"omp_num_threads": "1 per rank"}))
     common.say(table)
     common.say(common.acceptance_table(acc))
     return {"records": records, "acceptance": acc}

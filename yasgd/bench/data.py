@@ -27,7 +27,6 @@ needs on the ABCI nodes.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import statistics
@@ -35,6 +34,7 @@ import sys
 import tempfile
 from typing import Callable, Dict, List
 
+from yasgd import outputs
 from yasgd.bench.timing import epoch_passes, time_pass
 
 IMAGE_SIZE = 224
@@ -205,8 +205,6 @@ def run(out_dir: str, quick: bool = False) -> dict:
               "results": results,
               "yasgd_vs_gluon_folder": round(ratio, 2),
               "imagenet_sized": imagenet_sized}
-    with open(os.path.join(out_dir, "bench_data.json"), "w") as f:
-        json.dump(report, f, indent=1)
     lines = [
         "# Data loading: decode + augment (yasgd bench data)", "",
         f"{n} real JPEGs (Fashion-MNIST rendered to RGB, 64-160 px) -> random-resized crop "
@@ -222,8 +220,9 @@ def run(out_dir: str, quick: bool = False) -> dict:
               f"at start), OMP_NUM_THREADS={hw['omp_num_threads']}; Python {hw['python']}, "
               f"MXNet {hw['mxnet']}, NumPy {hw['numpy']}, OpenCV {hw['opencv']}; {hw['platform']}.", ""]
     lines += data_imagenet.md_lines(imagenet_sized)
-    with open(os.path.join(out_dir, "bench_data.md"), "w") as f:
-        f.write("\n".join(lines))
+    with outputs.together():
+        outputs.write_json(os.path.join(out_dir, "bench_data.json"), report)
+        outputs.write_text(os.path.join(out_dir, "bench_data.md"), "\n".join(lines))
     print(f"  yasgd / gluon ImageFolderDataset: {ratio:.2f}x")
     print(f"wrote {os.path.join(out_dir, 'bench_data.json')} and {os.path.join(out_dir, 'bench_data.md')}")
     return report

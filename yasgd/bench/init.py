@@ -23,6 +23,7 @@ import sys
 import tempfile
 from typing import List
 
+from yasgd import outputs
 from yasgd.bench import common
 
 NAME = "init"
@@ -109,15 +110,16 @@ def run(out_dir: str = "results", quick: bool = False) -> dict:
              f"the parameters); the broadcast's cost grows with the number of ranks (log2(n) "
              f"steps of 102 MB for a tree), the check's is one allgather of {res['arrays']} x 4 "
              f"doubles per rank."]
-    plot = common.bar_chart(os.path.join(out_dir, "bench_init.png"), list(t), list(t.values()),
-                            "ms to identical parameters (median)",
-                            "ResNet-50 initialisation, 2 ranks" + (" (--quick)" if quick else ""))
-    common.write_results(out_dir, NAME, records, table, notes=notes,
-                         title="Parallel initialization vs init + broadcast (yasgd bench init)",
-                         setup={"ranks": res["size"], "repeats": repeats, "warmup": warmup,
-                                "statistic": "median"},
-                         quick=quick, plots=[plot],
-                         hw=hw)
+    with outputs.together():
+        plot = common.bar_chart(os.path.join(out_dir, "bench_init.png"), list(t), list(t.values()),
+                                "ms to identical parameters (median)",
+                                "ResNet-50 initialisation, 2 ranks" + (" (--quick)" if quick else ""))
+        common.write_results(out_dir, NAME, records, table, notes=notes,
+                             title="Parallel initialization vs init + broadcast (yasgd bench init)",
+                             setup={"ranks": res["size"], "repeats": repeats, "warmup": warmup,
+                                    "statistic": "median"},
+                             quick=quick, plots=[plot],
+                             hw=hw)
     common.say(table)
     return {"records": records}
 

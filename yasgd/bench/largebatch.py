@@ -31,6 +31,7 @@ from __future__ import annotations
 import sys
 from typing import Dict, List, Optional, Sequence
 
+from yasgd import outputs
 from yasgd.bench import common, study_report as sr
 from yasgd.bench.largebatch_plots import plot_accuracy, plot_epochs
 from yasgd.bench.study import BASELINE_BATCH
@@ -110,6 +111,7 @@ def acceptance(summaries, rows, scale) -> List[Dict[str, object]]:
     return acc
 
 
+@outputs.together()
 def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: float,
            partial: bool, progress: bool = False) -> dict:
     """The JSON, the table and (unless ``progress``: the rewrite after each run) the plots."""

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 
+from yasgd import outputs
 from yasgd.supervise import die_with_parent
 
 THREADS = (1, 2)
@@ -155,11 +156,11 @@ def run(out_dir="results", quick=False):
         report["tensors"], report["floats"] = res["tensors"], res["floats"]
     report["hardware"] = hardware()
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "bench_ops_micro.json"), "w") as f:
-        json.dump(report, f, indent=1)
     md = table(report)
-    with open(os.path.join(out_dir, "bench_ops_micro.md"), "w") as f:
-        f.write("# yasgd.ops micro-benchmark\n\n" + md + "\n")
+    with outputs.together():
+        outputs.write_json(os.path.join(out_dir, "bench_ops_micro.json"), report)
+        outputs.write_text(os.path.join(out_dir, "bench_ops_micro.md"),
+                           "# yasgd.ops micro-benchmark\n\n" + md + "\n")
     print(md)
     return report
 

@@ -45,6 +45,7 @@ import sys
 import tempfile
 from typing import Dict, List
 
+from yasgd import outputs
 from yasgd.bench import common
 
 NAME = "optimizer"
@@ -280,18 +281,19 @@ def report(res: dict, out_dir: str, quick: bool, repeats: int, warmup: int,
     if not res.get("library"):
         notes.append(f"yasgd.ops library not available ({res.get('library_error')}): "
                      f"the fused arm ran on MXNet's operators only.")
-    plot = common.bar_chart(os.path.join(out_dir, "bench_optimizer.png"),
-                            list(times), list(times.values()), "ms per LARS step (median)",
-                            "One LARS step over ResNet-50's 161 tensors"
-                            + (" (--quick)" if quick else ""), ref=fused, ref_label=ref_name)
-    common.write_results(out_dir, NAME, records, table, notes=notes,
-                         title="LARS step over ResNet-50's parameters (yasgd bench optimizer)",
-                         setup={"tensors": res["tensors"], "floats": res["floats"],
-                                "repeats": repeats, "warmup": warmup, "omp_num_threads": 2,
-                                "statistic": "median"},
-                         quick=quick, acceptance_lines=acc, plots=[plot],
-                         extra={"memcpy_ms": copy, "fused_gb_per_s": gbs},
-                         hw=hw or common.hardware({"omp_num_threads": "2"}))
+    with outputs.together():
+        plot = common.bar_chart(os.path.join(out_dir, "bench_optimizer.png"),
+                                list(times), list(times.values()), "ms per LARS step (median)",
+                                "One LARS step over ResNet-50's 161 tensors"
+                                + (" (--quick)" if quick else ""), ref=fused, ref_label=ref_name)
+        common.write_results(out_dir, NAME, records, table, notes=notes,
+                             title="LARS step over ResNet-50's parameters (yasgd bench optimizer)",
+                             setup={"tensors": res["tensors"], "floats": res["floats"],
+                                    "repeats": repeats, "warmup": warmup, "omp_num_threads": 2,
+                                    "statistic": "median"},
+                             quick=quick, acceptance_lines=acc, plots=[plot],
+                             extra={"memcpy_ms": copy, "fused_gb_per_s": gbs},
+                             hw=hw or common.hardware({"omp_num_threads": "2"}))
     common.say(table)
     common.say(common.acceptance_table(acc))
     return {"records": records, "acceptance": acc}

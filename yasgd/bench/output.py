@@ -3,7 +3,9 @@
 
 :func:`write_results` writes the records, the setup, the notes, the acceptance lines and
 the machine (:func:`yasgd.bench.machine.hardware`) into both files;
-:mod:`yasgd.bench.summary` collects them into ``SUMMARY.md``.
+:mod:`yasgd.bench.summary` collects them into ``SUMMARY.md``. Every file is written
+through :mod:`yasgd.outputs`; a bench writes its plots and its pair inside one
+``outputs.together()``, so that a stop leaves its old results or its new ones.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import json
 import os
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from yasgd import outputs
 from yasgd.bench.machine import hardware, hardware_line
 
 
@@ -91,8 +94,6 @@ def write_results(out_dir: str, name: str, records: List[Dict[str, object]],
     if extra:
         report.update(extra)
     jpath = os.path.join(out_dir, f"bench_{name}.json")
-    with open(jpath, "w") as f:
-        json.dump(report, f, indent=1, default=str)
     lines = [f"# {title}", ""]
     if quick:
         lines += ["> **--quick smoke run**: few repetitions, numbers are noisy; not for quoting "
@@ -111,8 +112,9 @@ def write_results(out_dir: str, name: str, records: List[Dict[str, object]],
         base = os.path.basename(p)
         lines += [f"![{base}]({base})", ""]
     mpath = os.path.join(out_dir, f"bench_{name}.md")
-    with open(mpath, "w") as f:
-        f.write("\n".join(lines))
+    with outputs.together():
+        outputs.write_json(jpath, report, default=str)
+        outputs.write_text(mpath, "\n".join(lines))
     return {"json": jpath, "md": mpath}
 
 
@@ -141,7 +143,7 @@ def bar_chart(path: str, labels: Sequence[str], values: Sequence[float], xlabel:
             ax.text(ref, n - 0.4, " " + ref_label, color="#C44E52", fontsize=7, va="top")
     ax.set_xlim(0, vmax * 1.15)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -152,15 +154,11 @@ def read_json(path: str) -> Dict[str, object]:
 
 
 def write_text(path: str, text: str) -> None:
-    """``text`` into ``path`` through a temporary file: an interruption leaves the old file."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    outputs.write_text(path, text)
 
 
 def write_json(path: str, obj: object) -> None:
-    write_text(path, json.dumps(obj, indent=1, default=str))
+    outputs.write_json(path, obj, default=str)
 
 
 def say(msg: str) -> None:

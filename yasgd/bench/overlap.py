@@ -34,6 +34,7 @@ import sys
 import tempfile
 from typing import List
 
+from yasgd import outputs
 from yasgd.bench import common
 
 NAME = "overlap"
@@ -160,18 +161,19 @@ def report(res: dict, out_dir: str, quick: bool, repeats: int, warmup: int,
              "copies) runs on the same two cores as backward, so overlap can hide waiting and "
              "latency but not the copying work itself; on GPUs communication has its own "
              "engines."]
-    plot = common.bar_chart(os.path.join(out_dir, "bench_overlap.png"), list(t), list(t.values()),
-                            "ms per step (median)", f"{MODEL} {res['image']} px, batch "
-                            f"{res['batch']}/rank, 2 ranks" + (" (--quick)" if quick else ""))
-    common.write_results(out_dir, NAME, records, table, notes=notes,
-                         title="Overlap of grouped allreduce with backward, 2 ranks (yasgd bench overlap)",
-                         setup={"model": MODEL, "image": res["image"], "batch_per_rank": res["batch"],
-                                "ranks": res["size"], "groups": res["groups"], "repeats": repeats,
-                                "warmup": warmup, "statistic": "median"},
-                         quick=quick, plots=[plot],
-                         extra={"overlap_gained_ms": round(gained, 2),
-                                "allreduce_hidden_fraction": None if hidden is None else round(hidden, 3)},
-                         hw=hw or common.hardware({"omp_num_threads": "1 per rank"}))
+    with outputs.together():
+        plot = common.bar_chart(os.path.join(out_dir, "bench_overlap.png"), list(t), list(t.values()),
+                                "ms per step (median)", f"{MODEL} {res['image']} px, batch "
+                                f"{res['batch']}/rank, 2 ranks" + (" (--quick)" if quick else ""))
+        common.write_results(out_dir, NAME, records, table, notes=notes,
+                             title="Overlap of grouped allreduce with backward, 2 ranks (yasgd bench overlap)",
+                             setup={"model": MODEL, "image": res["image"], "batch_per_rank": res["batch"],
+                                    "ranks": res["size"], "groups": res["groups"], "repeats": repeats,
+                                    "warmup": warmup, "statistic": "median"},
+                             quick=quick, plots=[plot],
+                             extra={"overlap_gained_ms": round(gained, 2),
+                                    "allreduce_hidden_fraction": None if hidden is None else round(hidden, 3)},
+                             hw=hw or common.hardware({"omp_num_threads": "1 per rank"}))
     common.say(table)
     common.say(summary)
     return {"records": records, "overlap_gained_ms": gained, "hidden": hidden}

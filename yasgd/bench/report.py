@@ -30,6 +30,7 @@ import os
 import sys
 from typing import Callable, Dict, List, Tuple
 
+from yasgd import outputs
 from yasgd.bench.report_util import (BEGIN, BLOCK, DEFAULT_RESULTS, DOC_GLOBS, REPO,  # noqa: F401
                                      Records)
 from yasgd.bench.report_bench import (bench_acceptance, bench_allreduce, bench_init,
@@ -116,6 +117,7 @@ def stale(root: str = REPO, results: str = DEFAULT_RESULTS) -> List[Tuple[str, s
     return out
 
 
+@outputs.together()
 def write(root: str = REPO, results: str = DEFAULT_RESULTS) -> List[Tuple[str, str]]:
     rec = Records(results)
     out = []
@@ -124,8 +126,7 @@ def write(root: str = REPO, results: str = DEFAULT_RESULTS) -> List[Tuple[str, s
             text = f.read()
         new, changed = render_text(text, rec)
         if new != text:
-            with open(path, "w") as f:
-                f.write(new)
+            outputs.write_text(path, new)
         out += [(os.path.relpath(path, root), n) for n in changed]
     return out
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional, Sequence
 
+from yasgd import outputs
 from yasgd.bench import common
 
 
@@ -127,7 +128,7 @@ def finish(p, fig, ax, title: str, quick: bool, legend_loc: Optional[str], path:
     if legend_loc and ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc=legend_loc)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     p.close(fig)
     return path
 

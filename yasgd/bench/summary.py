@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from yasgd import outputs
 from yasgd.bench import common
 
 #: The order of ``make bench`` (Makefile), then anything else found.
@@ -142,8 +143,7 @@ def write(out_dir: str) -> str:
     hw = common.hardware()
     path = os.path.join(out_dir, "SUMMARY.md")
     os.makedirs(out_dir, exist_ok=True)
-    with open(path, "w") as f:
-        f.write(render(out_dir, found, hw))
+    outputs.write_text(path, render(out_dir, found, hw))
     return path
 
 

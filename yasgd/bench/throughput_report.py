@@ -9,6 +9,7 @@ import os
 import statistics
 from typing import List
 
+from yasgd import outputs
 from yasgd.bench import common
 from yasgd.bench.throughput_arms import (B_HYB, BF16, FP32, GFLOP_PER_IMAGE, IMAGE, Y_HYB)
 
@@ -190,26 +191,27 @@ def report(res, out_dir, quick, batch, repeats, warmup, hw=None) -> dict:
         "GPUs only; not measured here.",
     ]
     notes.insert(1, _runs_note(res))
-    plot = common.bar_chart(os.path.join(out_dir, "bench_throughput.png"),
-                            [f"{rec['ranks']}r {rec['loop']} [{rec['horovod_settings']}]"
-                             for rec in records], [rec["images_per_s"] for rec in records],
-                            "images/s (median step)", f"ResNet-50 training, {IMAGE} px, batch "
-                            f"{batch}/rank" + (" (--quick)" if quick else ""), annotate="{:.2f}",
-                            colors=["#55A868" if rec["loop"].startswith("yasgd") else "#4C72B0"
-                                    for rec in records])
-    full_table = table + "\n\nMixed precision (yasgd loop, 1 process):\n\n" + mp_table
-    backends = sorted({str(res[m].get("ops_backend")) for m in ("single", "ranks")})
-    notes.insert(1, f"yasgd.ops backend of the LARS fused step: {', '.join(backends)}"
-                 + (" (YASGD_OPS set by the caller)" if os.environ.get("YASGD_OPS") else "") + ".")
-    common.write_results(out_dir, NAME, records, full_table, notes=notes,
-                         title="ResNet-50 training throughput (yasgd bench throughput)",
-                         setup={"image": IMAGE, "batch_per_rank": batch, "repeats": repeats,
-                                "warmup": warmup, "statistic": "median",
-                                "gflop_per_image": GFLOP_PER_IMAGE},
-                         quick=quick, acceptance_lines=acc, plots=[plot],
-                         extra={"peak_gflops": peak_all, "peak": peak, "mixed_precision": bf,
-                                "bf16_speedup": speed},
-                         hw=hw or common.hardware({"omp_num_threads": "2 (1 rank) / 1 per rank (2 ranks)"}))
+    with outputs.together():
+        plot = common.bar_chart(os.path.join(out_dir, "bench_throughput.png"),
+                                [f"{rec['ranks']}r {rec['loop']} [{rec['horovod_settings']}]"
+                                 for rec in records], [rec["images_per_s"] for rec in records],
+                                "images/s (median step)", f"ResNet-50 training, {IMAGE} px, batch "
+                                f"{batch}/rank" + (" (--quick)" if quick else ""), annotate="{:.2f}",
+                                colors=["#55A868" if rec["loop"].startswith("yasgd") else "#4C72B0"
+                                        for rec in records])
+        full_table = table + "\n\nMixed precision (yasgd loop, 1 process):\n\n" + mp_table
+        backends = sorted({str(res[m].get("ops_backend")) for m in ("single", "ranks")})
+        notes.insert(1, f"yasgd.ops backend of the LARS fused step: {', '.join(backends)}"
+                     + (" (YASGD_OPS set by the caller)" if os.environ.get("YASGD_OPS") else "") + ".")
+        common.write_results(out_dir, NAME, records, full_table, notes=notes,
+                             title="ResNet-50 training throughput (yasgd bench throughput)",
+                             setup={"image": IMAGE, "batch_per_rank": batch, "repeats": repeats,
+                                    "warmup": warmup, "statistic": "median",
+                                    "gflop_per_image": GFLOP_PER_IMAGE},
+                             quick=quick, acceptance_lines=acc, plots=[plot],
+                             extra={"peak_gflops": peak_all, "peak": peak, "mixed_precision": bf,
+                                    "bf16_speedup": speed},
+                             hw=hw or common.hardware({"omp_num_threads": "2 (1 rank) / 1 per rank (2 ranks)"}))
     common.say(full_table)
     common.say(common.acceptance_table(acc))
     for n in notes[2:5] + notes[6:7]:   # runs, launches, matmul peak, mixed precision

@@ -50,7 +50,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from yasgd import UsageError
+from yasgd import UsageError, outputs
 from yasgd.argtypes import MAX_PER_CORE
 from yasgd.workers import WorkerDied, Workers
 from yasgd.writable import entry_problem, nearest_existing
@@ -307,9 +307,8 @@ def convert(src: str, dst: str, resize: int = 256, quality: int = 95, workers: i
         summary[split] = _write_split(items[split], os.path.join(dst, split), resize, quality,
                                       workers, progress, split, len(classes))
     summary["skipped"] = summary["train"]["skipped"] + summary["val"]["skipped"]
-    with open(os.path.join(dst, "classes.txt"), "w") as f:
-        for i, name in enumerate(classes):
-            f.write(f"{i}\t{name}\n")
+    outputs.write_text(os.path.join(dst, "classes.txt"),
+                       "".join(f"{i}\t{name}\n" for i, name in enumerate(classes)))
     if verify:
         for split in ("train", "val"):
             summary[split]["verified"] = verify_records(os.path.join(dst, split),

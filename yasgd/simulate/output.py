@@ -3,12 +3,12 @@ argument checks of :func:`report` (every argument checked before any work, Usage
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import Optional
 
 from yasgd import UsageError
+from yasgd import outputs
 from yasgd.writable import file_problem
 from yasgd.simulate import model, plot as splot
 from yasgd.simulate.network import ALGORITHMS
@@ -107,14 +107,14 @@ def text(*, preset: str, gpus: int, batch: int, epochs: float,
     sw = None
     if plot or json_out:
         sw = splot.sweeps(**kw)
-    if plot:
-        splot.plot_png(plot, sw, preset=preset, gpus=gpus, budget=head["budget_bytes"])
-        lines.append(f"plot: {plot}")
-    if json_out:
-        with open(json_out, "w") as f:
-            json.dump({"prediction": head, "algorithms": rows, "paper": paper, "sweeps": sw},
-                      f, indent=1)
-        lines.append(f"json: {json_out}")
+    with outputs.together():
+        if plot:
+            splot.plot_png(plot, sw, preset=preset, gpus=gpus, budget=head["budget_bytes"])
+            lines.append(f"plot: {plot}")
+        if json_out:
+            outputs.write_json(json_out, {"prediction": head, "algorithms": rows,
+                                          "paper": paper, "sweeps": sw})
+            lines.append(f"json: {json_out}")
     return "\n".join(lines)
 
 

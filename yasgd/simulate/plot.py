@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
+from yasgd import outputs
 from yasgd.simulate import model as sim
 from yasgd.simulate.network import ALGORITHMS
 
@@ -59,5 +60,5 @@ def plot_png(path: str, sw: Dict, *, preset: str, gpus: int, budget: Optional[in
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     plt.close(fig)

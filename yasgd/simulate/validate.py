@@ -18,6 +18,7 @@ import os
 import statistics
 from typing import Dict, List, Optional
 
+from yasgd import outputs
 from yasgd.simulate.model import predict
 
 _RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -174,9 +175,7 @@ def record(path: str = RECORD) -> Dict:
     out = {"about": RECORD_ABOUT, "tolerance_pct_points": 0.5,
            "rows": [{k: r6(r[k]) for k in keys} for r in rs],
            "summary": {k: r6(v) for k, v in summary(rs).items()}}
-    with open(path, "w") as f:
-        json.dump(out, f, indent=2)
-        f.write("\n")
+    outputs.write_json(path, out, indent=2)
     return out
 
 

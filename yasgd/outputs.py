@@ -1,0 +1,160 @@
+"""Writing a command's output files so that a stop or an error never leaves a truncated
+file, or a set of files of which some are new and some old.
+
+Every file a command writes for the user (a bench's JSON, table and plots, a simulation's
+JSON and plot, a job script, the documents' generated blocks) goes through :func:`file`:
+the writer writes a hidden temporary file beside the target (the same folder, so that the
+rename is atomic on POSIX; the same suffix, so that a writer that reads the format from
+the name, as matplotlib does, still can). The temporary is flushed to disk and renamed over
+the target only once it is whole. An exception, or a stop signal unwinding the command
+(:mod:`yasgd.supervise`), removes it and leaves the old file as it was.
+
+Files that belong together are written inside :func:`together`: their temporaries are
+renamed only when the whole block has ended without an exception, one after the other
+while the stop signals are held, so that a signal arriving then takes effect once the set
+is complete. A stop or an error anywhere in the block leaves every old file of the set.
+
+A temporary outlives its command only if the process is killed outright (SIGKILL, a lost
+node); it is a hidden file named after the target and the process.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+from typing import Iterator, List, Optional, Tuple
+
+from yasgd.checkpoint_format import fsync as _sync
+
+#: The signals that stop a command; a commit holds them until its last rename.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_staged: Optional[List[Tuple[str, str]]] = None
+
+
+def temporary(target: str) -> str:
+    """The hidden temporary beside ``target``, with its suffix: ``.NAME.PID.tmp.SUFFIX``."""
+    folder, base = os.path.split(target)
+    stem, suffix = os.path.splitext(base)
+    return os.path.join(folder, f".{stem}.{os.getpid()}.tmp{suffix}")
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
+
+
+def _sync_folders(targets: List[str]) -> None:
+    for folder in sorted({os.path.dirname(t) or "." for t in targets}):
+        with contextlib.suppress(OSError):
+            _sync(folder)
+
+
+@contextlib.contextmanager
+def file(target: str, mode: Optional[int] = None) -> Iterator[str]:
+    """Yield the temporary path to write ``target`` through.
+
+    A target that is a symbolic link is written through the link; one that is not a
+    regular file (a pipe, a device) is written as it is, since a rename would replace it.
+    The file gets ``mode``, else the mode of the file it replaces, else the umask's.
+    """
+    if os.path.islink(target):
+        target = os.path.realpath(target)
+    if os.path.exists(target) and not os.path.isfile(target):
+        yield target
+        return
+    tmp = temporary(target)
+    try:
+        yield tmp
+        if mode is None and os.path.exists(target):
+            mode = os.stat(target).st_mode & 0o7777
+        if mode is not None:
+            os.chmod(tmp, mode)
+        _sync(tmp)
+    except BaseException:
+        _remove(tmp)
+        raise
+    if _staged is not None:
+        if (tmp, target) not in _staged:  # written twice in one set: the last one counts
+            _staged.append((tmp, target))
+    else:
+        _commit([(tmp, target)])
+
+
+def write_text(target: str, text: str, mode: Optional[int] = None) -> None:
+    with file(target, mode) as tmp, open(tmp, "w") as f:
+        f.write(text)
+
+
+def write_bytes(target: str, data: bytes, mode: Optional[int] = None) -> None:
+    with file(target, mode) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+
+
+def write_json(target: str, obj: object, indent: int = 1, **kw) -> None:
+    """``obj`` as JSON; it is serialised before anything is written."""
+    write_text(target, json.dumps(obj, indent=indent, **kw) + "\n")
+
+
+def save_figure(fig, target: str, **kw) -> str:
+    """A matplotlib figure into ``target`` (its format from the suffix); returns ``target``."""
+    with file(target) as tmp:
+        fig.savefig(tmp, **kw)
+    return target
+
+
+@contextlib.contextmanager
+def together() -> Iterator[None]:
+    """Files written in the block replace their old files only when the block ends
+    normally, all of them. Nested blocks belong to the outermost one."""
+    global _staged
+    if _staged is not None:
+        yield
+        return
+    staged: List[Tuple[str, str]] = []
+    _staged = staged
+    try:
+        yield
+    except BaseException:
+        for tmp, _ in staged:
+            _remove(tmp)
+        raise
+    finally:
+        _staged = None
+    _commit(staged)
+
+
+@contextlib.contextmanager
+def _holding_stops() -> Iterator[None]:
+    """Record the stop signals that arrive in the block and deliver them after it. Only
+    the main thread can change a handler; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: List[int] = []
+    old = {}
+    try:
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is not None:  # None: a handler not set from Python
+                old[sig] = signal.signal(sig, lambda n, _frame: arrived.append(n))
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(arrived):
+            signal.raise_signal(sig)
+
+
+def _commit(staged: List[Tuple[str, str]]) -> None:
+    done = 0
+    try:
+        with _holding_stops():
+            for tmp, target in staged:
+                os.replace(tmp, target)
+                done += 1
+    finally:
+        for tmp, _ in staged[done:]:
+            _remove(tmp)
+    _sync_folders([t for _, t in staged])
