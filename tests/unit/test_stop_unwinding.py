@@ -107,6 +107,30 @@ def test_a_stop_that_lands_in_a_finaliser_is_not_lost(where, tmp_path):
     assert "Exception ignored" not in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_child_forked_outside_multiprocessing_ends_quietly_on_a_stop(sig, tmp_path):
+    # os.fork() runs no after-fork hook: the child keeps the parent's handler, which in a
+    # process it does not own ends it as 128 + N (ChildStopped), unwinding, with no
+    # traceback and no "yasgd: ..." line of the parent's; the parent goes on
+    rc, out, err = _run(f"""
+        pid = os.fork()
+        if pid == 0:
+            try:
+                time.sleep(30)
+            finally:
+                print("child unwound", flush=True)
+            os._exit(0)
+        time.sleep(0.5)
+        os.kill(pid, {int(sig)})
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status), flush=True)
+        print("parent goes on", flush=True)
+        """, tmp_path)
+    assert (rc, err) == (0, ""), err
+    assert out.splitlines() == ["child unwound", f"child {128 + sig}", "parent goes on"]
+
+
 def test_a_forked_child_ends_on_sigterm_whatever_thread_it_lands_on(tmp_path):
     # the child's main thread waits on a lock with SIGTERM blocked, so the signal goes to
     # its other thread: a Python handler would never run, a default action ends it

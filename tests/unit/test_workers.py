@@ -1,7 +1,7 @@
-"""yasgd.workers.Workers on real forked processes: results in the order of the jobs, a
-job's exception raised in the caller, a worker that dies named as such, and an end in
-the middle of busy workers that never waits for good (``multiprocessing.Pool.terminate``
-can: see the module's docstring)."""
+"""yasgd.workers.Workers on real forked processes (and spawned ones, its fallback where
+``fork`` is missing): results in the order of the jobs, a job's exception raised in the
+caller, a worker that dies named as such, and an end in the middle of busy workers that
+never waits for good (``multiprocessing.Pool.terminate`` can: see the module's docstring)."""
 import os
 import signal
 import threading
@@ -93,3 +93,26 @@ def test_ending_busy_workers_at_any_point_never_waits_for_good():
         got = [next(it)[0] for _ in range(16 + i % 50)]
         assert got == list(range(len(got)))
         assert _ended_within(w.close, 15), f"close() did not return (round {i})"
+
+
+def test_where_fork_is_missing_the_workers_are_spawned(monkeypatch):
+    # the fallback: a fresh interpreter per worker, the functions and jobs pickled; the
+    # same order, the same setup (a process group of its own), the same death as an error
+    import multiprocessing
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    with Workers(_square, list(range(50)), 2, chunksize=4) as w:
+        assert list(w) == [x * x for x in range(50)]
+        procs = list(w._procs)
+    assert [type(p).__name__ for p in procs] == ["SpawnProcess"] * 2
+    assert all(p.exitcode is not None for p in procs), "a worker outlived the block"
+    with Workers(_slow, list(range(200)), 2, chunksize=2) as w:
+        it = iter(w)
+        first = next(it)                # worker 0 has set itself up
+        deadline = time.monotonic() + 30  # worker 1 may still be starting its interpreter
+        while time.monotonic() < deadline and os.getpgid(w._procs[1].pid) != w._procs[1].pid:
+            time.sleep(0.01)
+        assert all(os.getpgid(p) == p != os.getpgrp() for p in (x.pid for x in w._procs))
+        os.kill(first, signal.SIGKILL)
+        with pytest.raises(WorkerDied, match="it was killed by SIGKILL"):
+            for _ in it:
+                pass
