@@ -14,15 +14,18 @@ renamed only when the whole block has ended without an exception, one after the 
 while the stop signals are held, so that a signal arriving then takes effect once the set
 is complete. A stop or an error anywhere in the block leaves every old file of the set.
 
-A temporary outlives its command only if the process is killed outright (SIGKILL, a lost
-node); it is a hidden file named after the target and the process.
+A temporary outlives its command only if the process is killed outright (SIGKILL, the
+out-of-memory killer); it is a hidden file named after the target, the host and the
+process, and the next write of the same target on that host removes it.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import signal
+import socket
 import threading
 from typing import Iterator, List, Optional, Tuple
 
@@ -34,11 +37,44 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _staged: Optional[List[Tuple[str, str]]] = None
 
 
-def temporary(target: str) -> str:
-    """The hidden temporary beside ``target``, with its suffix: ``.NAME.PID.tmp.SUFFIX``."""
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
+
+
+def _parts(target: str) -> Tuple[str, str, str]:
+    """(folder, what comes before the process id, what comes after it) of the temporary."""
     folder, base = os.path.split(target)
     stem, suffix = os.path.splitext(base)
-    return os.path.join(folder, f".{stem}.{os.getpid()}.tmp{suffix}")
+    return folder, f".{stem}.{_host()}-", f".tmp{suffix}"
+
+
+def temporary(target: str) -> str:
+    """The hidden temporary beside ``target``, with its suffix: ``.NAME.HOST-PID.tmp.SUFFIX``
+    (the host, for a folder that several nodes share)."""
+    folder, head, tail = _parts(target)
+    return os.path.join(folder, f"{head}{os.getpid()}{tail}")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:     # another user's
+        pass
+    return True
+
+
+def _remove_stale(target: str) -> None:
+    """Remove the temporaries of ``target`` that processes of this host killed outright
+    left behind: those whose process no longer runs."""
+    folder, head, tail = _parts(target)
+    pattern = re.compile(re.escape(head) + r"(\d+)" + re.escape(tail))
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder or "."):
+            m = pattern.fullmatch(name)
+            if m and not _running(int(m.group(1))):
+                _remove(os.path.join(folder, name))
 
 
 def _remove(path: str) -> None:
@@ -158,3 +194,5 @@ def _commit(staged: List[Tuple[str, str]]) -> None:
         for tmp, _ in staged[done:]:
             _remove(tmp)
     _sync_folders([t for _, t in staged])
+    for _, target in staged:
+        _remove_stale(target)

@@ -6,7 +6,9 @@ handlers and real signals; the figure cases write real PNG and SVG files with ma
 import ast
 import json
 import os
+import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -35,7 +37,22 @@ def _set(folder):
 def test_the_temporary_is_hidden_beside_its_target_with_its_suffix(tmp_path):
     t = outputs.temporary(str(tmp_path / "bench_x.png"))
     assert os.path.dirname(t) == str(tmp_path)
-    assert os.path.basename(t) == f".bench_x.{os.getpid()}.tmp.png"
+    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())
+    assert os.path.basename(t) == f".bench_x.{host}-{os.getpid()}.tmp.png"
+
+
+def test_temporaries_left_by_processes_killed_outright_go_with_the_next_write(tmp_path):
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())
+    dead = f".r.{host}-{ended.pid}.tmp.json"       # its process no longer runs
+    live = f".r.{host}-{os.getppid()}.tmp.json"   # a process still writing it
+    elsewhere = f".r.other-node-{ended.pid}.tmp.json"  # another node's, in a shared folder
+    other = f".q.{host}-{ended.pid}.tmp.json"      # another target's
+    for n in (dead, live, elsewhere, other):
+        (tmp_path / n).write_text("left\n")
+    outputs.write_json(str(tmp_path / "r.json"), [1])
+    assert _listing(tmp_path) == sorted([live, elsewhere, other, "r.json"])
 
 
 def test_a_file_replaces_the_old_one_only_once_whole(tmp_path):
