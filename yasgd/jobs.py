@@ -31,8 +31,7 @@ import subprocess
 import sys
 from typing import List, Optional, Sequence
 
-from yasgd import UsageError
-from yasgd import outputs
+from yasgd import UsageError, outputs
 from yasgd.argtypes import YEAR_S
 from yasgd.writable import file_problem
 

@@ -198,11 +198,18 @@ def path(n):
 """
 
 
+def hangup_as_in_a_terminal():
+    """SIGHUP's default action in the child, also under ``nohup`` (whose ignored SIGHUP a
+    child inherits, and yasgd then leaves ignored)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _child(body, folder):
     """``body`` after HEAD in a fresh interpreter: (exit status, stdout, stderr)."""
     p = subprocess.run([sys.executable, "-c", HEAD + textwrap.dedent(body), str(folder)],
                        capture_output=True, text=True, timeout=60,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+                       env=dict(os.environ, OMP_NUM_THREADS="1"),
+                       preexec_fn=hangup_as_in_a_terminal)
     return p.returncode, p.stdout, p.stderr
 
 

@@ -28,7 +28,14 @@ def _start(body, tmp):
     with open(tmp / "out", "w") as out, open(tmp / "err", "w") as err:
         return subprocess.Popen([sys.executable, "-c", HEAD + textwrap.dedent(body)],
                                 stdout=out, stderr=err, start_new_session=True,
-                                env=dict(os.environ, OMP_NUM_THREADS="1"))
+                                env=dict(os.environ, OMP_NUM_THREADS="1"),
+                                preexec_fn=hangup_as_in_a_terminal)
+
+
+def hangup_as_in_a_terminal():
+    """SIGHUP's default action in the child, also when the tests run under ``nohup``
+    (whose ignored SIGHUP a child inherits, and yasgd then leaves ignored)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _end(proc, tmp, timeout):

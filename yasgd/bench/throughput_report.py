@@ -191,6 +191,10 @@ def report(res, out_dir, quick, batch, repeats, warmup, hw=None) -> dict:
         "GPUs only; not measured here.",
     ]
     notes.insert(1, _runs_note(res))
+    full_table = table + "\n\nMixed precision (yasgd loop, 1 process):\n\n" + mp_table
+    backends = sorted({str(res[m].get("ops_backend")) for m in ("single", "ranks")})
+    notes.insert(1, f"yasgd.ops backend of the LARS fused step: {', '.join(backends)}"
+                 + (" (YASGD_OPS set by the caller)" if os.environ.get("YASGD_OPS") else "") + ".")
     with outputs.together():
         plot = common.bar_chart(os.path.join(out_dir, "bench_throughput.png"),
                                 [f"{rec['ranks']}r {rec['loop']} [{rec['horovod_settings']}]"
@@ -199,10 +203,6 @@ def report(res, out_dir, quick, batch, repeats, warmup, hw=None) -> dict:
                                 f"{batch}/rank" + (" (--quick)" if quick else ""), annotate="{:.2f}",
                                 colors=["#55A868" if rec["loop"].startswith("yasgd") else "#4C72B0"
                                         for rec in records])
-        full_table = table + "\n\nMixed precision (yasgd loop, 1 process):\n\n" + mp_table
-        backends = sorted({str(res[m].get("ops_backend")) for m in ("single", "ranks")})
-        notes.insert(1, f"yasgd.ops backend of the LARS fused step: {', '.join(backends)}"
-                     + (" (YASGD_OPS set by the caller)" if os.environ.get("YASGD_OPS") else "") + ".")
         common.write_results(out_dir, NAME, records, full_table, notes=notes,
                              title="ResNet-50 training throughput (yasgd bench throughput)",
                              setup={"image": IMAGE, "batch_per_rank": batch, "repeats": repeats,
