@@ -30,9 +30,7 @@ import threading
 from typing import Iterator, List, Optional, Tuple
 
 from yasgd.checkpoint_format import fsync as _sync
-
-#: The signals that stop a command; a commit holds them until its last rename.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+from yasgd.supervise import stop_signals
 
 _staged: Optional[List[Tuple[str, str]]] = None
 
@@ -172,7 +170,7 @@ def _holding_stops() -> Iterator[None]:
     arrived: List[int] = []
     old = {}
     try:
-        for sig in STOP_SIGNALS:
+        for sig in stop_signals():     # an ignored SIGHUP (nohup) stays ignored
             if signal.getsignal(sig) is not None:  # None: a handler not set from Python
                 old[sig] = signal.signal(sig, lambda n, _frame: arrived.append(n))
         yield

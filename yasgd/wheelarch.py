@@ -28,6 +28,7 @@ import zipfile
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from yasgd import outputs
+
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mxnet_cuda_wheels.json")
 LIBRARY = "mxnet/libmxnet.so"
 #: the GPUs the documents and the preflight name, with their compute capability

@@ -7,8 +7,7 @@ import math
 import os
 from typing import Optional
 
-from yasgd import UsageError
-from yasgd import outputs
+from yasgd import UsageError, outputs
 from yasgd.writable import file_problem
 from yasgd.simulate import model, plot as splot
 from yasgd.simulate.network import ALGORITHMS
