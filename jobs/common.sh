@@ -17,8 +17,10 @@ export PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}"
 # --- host kind --------------------------------------------------------------------
 # gpu when nvidia-smi lists a GPU here, else cpu; the settings below differ by it
 # (docs/cluster.md, "Horovod and MXNet settings per host kind"). Set it to force one.
+# grep reads the whole list (not -q): one that quits at the first match can leave
+# nvidia-smi writing into a closed pipe, and under pipefail its SIGPIPE reads as no GPU.
 if [ -z "${YASGD_HOST_KIND:-}" ]; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep '^GPU ' >/dev/null; then
     YASGD_HOST_KIND=gpu
   else
     YASGD_HOST_KIND=cpu

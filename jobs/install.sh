@@ -199,7 +199,7 @@ check() {
 APT_MISSING=()
 if command -v dpkg-query >/dev/null 2>&1; then
   for p in "${APT_PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || APT_MISSING+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || APT_MISSING+=("$p")
   done
 fi
 if [ "$APT_ROUTE" = 0 ]; then
@@ -451,7 +451,7 @@ fi
 # ---- 5. check the build ------------------------------------------------------
 check=$("$VENV/bin/horovodrun" --check-build 2>&1)
 for fw in "${CHECK_FW[@]}"; do
-  echo "$check" | grep -q "\[X\] $fw" || { echo "$check" >&2; die "Horovod was built without $fw"; }
+  echo "$check" | grep "\[X\] $fw" >/dev/null || { echo "$check" >&2; die "Horovod was built without $fw"; }
 done
 # what Horovod is built against, read by the next run (horovod_decision)
 [ "$(cat "$VENV/.yasgd-horovod" 2>/dev/null)" = "$HVD_WANT" ] || echo "$HVD_WANT" > "$VENV/.yasgd-horovod"

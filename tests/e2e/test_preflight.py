@@ -197,6 +197,19 @@ def test_gpu_host_settings(tmp_path, resnet50_groups):
     assert env["YASGD_PREFLIGHT"] == "1"
 
 
+def test_a_gpu_listed_in_several_writes_is_a_gpu_host(tmp_path):
+    # nvidia-smi writes its second line after the first has been read: a reader that
+    # quits at the first match leaves that write to a closed pipe (SIGPIPE), which
+    # common.sh's pipefail would take for a host without GPUs
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: Fake V100 (UUID: GPU-0)'\nsleep 0.3\n"
+                   "echo 'GPU 1: Fake V100 (UUID: GPU-1)'\n")
+    smi.chmod(0o755)
+    assert common_env(f"{bin_dir}:{os.environ['PATH']}")["YASGD_HOST_KIND"] == "gpu"
+
+
 def test_cpu_host_settings(tmp_path, resnet50_groups):
     empty = tmp_path / "nogpu"
     empty.mkdir()
