@@ -8,9 +8,8 @@ or to keep it waiting for good.
 - A second signal, or ``stop_timeout`` seconds after the first without an end, kills the
   job: ranks that ignore the signal or are wedged in a call never keep it alive.
 - ``timeout``: the whole job's limit (exit status 124).
-- A launcher whose ranks have all ended but that has not exited (OpenMPI 4.1 at times) is
-  killed after ``stuck_after`` seconds.
-- The job gets SIGTERM when the launcher dies, however it dies (``PR_SET_PDEATHSIG``).
+- An mpirun whose ranks have all ended but that has not exited is killed after
+  ``stuck_after`` seconds; it gets SIGTERM when the launcher dies (``PR_SET_PDEATHSIG``).
 
 Commands that stop by unwinding (the launcher's start-up, data tools, benchmarks: all but
 ``yasgd train``, whose ranks stop at a step with a checkpoint) have :func:`stop_by_unwinding`
@@ -49,8 +48,7 @@ class Stopped(KeyboardInterrupt):
 
 
 class ChildStopped(SystemExit):
-    """A stop signal in a process forked, not by ``multiprocessing``, from one that stops by
-    unwinding: it ends with 128 + the signal's number, unwinding, and no traceback."""
+    """A stop in a process forked (not by multiprocessing) from one that stops by unwinding."""
 
     def __init__(self, signum: int):
         super().__init__(128 + signum)
@@ -58,14 +56,11 @@ class ChildStopped(SystemExit):
 
 
 def stop_by_unwinding(stopped: Type[Stopped] = Stopped) -> Dict[int, object]:
-    """From here on every stop signal (:func:`stop_signals`) raises ``stopped`` (a
-    :class:`Stopped`) where it lands; the handlers it replaced, to put back. The first
-    one also bounds the clean-up (:func:`_watch`). A stop that lands where
-    Python can only print an exception is not lost (:func:`_stop_again`). Processes that
-    ``multiprocessing`` forks from here on (a library's worker pool: gluon's DataLoader)
-    are set up as :func:`worker_setup` says, so that a stop signal to the process group
-    reaches only this process, whose clean-up ends its pools the way they are made to
-    end; any other process forked with the handler raises :class:`ChildStopped`."""
+    """From here on every stop signal (:func:`stop_signals`) raises ``stopped`` where it
+    lands; the handlers it replaced, to put back. The first one bounds the clean-up
+    (:func:`_watch`); one that lands in a finaliser is not lost (:func:`_stop_again`).
+    Processes that ``multiprocessing`` forks (gluon's DataLoader) are set up by
+    :func:`worker_setup`; any other forked with the handler raises :class:`ChildStopped`."""
     owner = os.getpid()
 
     def handler(signum, frame):
@@ -73,9 +68,11 @@ def stop_by_unwinding(stopped: Type[Stopped] = Stopped) -> Dict[int, object]:
             raise ChildStopped(signum)
         _events.put(("stop", signum))
         raise stopped(signum)
+    if not _watcher:
+        _watcher.append(threading.Thread(target=_watch, daemon=True))
+        _watcher[0].start()
     if not _hooked:
         from multiprocessing import util
-        threading.Thread(target=_watch, daemon=True).start()
         sys.unraisablehook = _stop_again(sys.unraisablehook)
         # keyed on this module, which lives as long as the process
         util.register_after_fork(sys.modules[__name__],
@@ -85,16 +82,12 @@ def stop_by_unwinding(stopped: Type[Stopped] = Stopped) -> Dict[int, object]:
 
 
 def worker_setup(parent: int) -> None:
-    """A worker process (forked by ``multiprocessing``, :class:`yasgd.workers.Workers`'s
-    or a library's pool) leaves its parent's process group, so that a stop signal to the
-    group (a terminal's Ctrl-C or hang-up, ``kill -- -PGID``) reaches only the parent,
-    which ends the workers; SIGINT and SIGHUP are ignored and SIGTERM has its default
-    action, which is how a pool ends its workers (``Pool.terminate``): a Python handler
-    would run only when the worker's main thread next runs Python code, so a worker whose
-    main thread waits on a lock while the signal lands on another of its threads would
-    never end. It is tied to its parent (``PR_SET_PDEATHSIG``) instead, so a parent
-    killed outright takes it along. A broken connection is not reported
-    (:func:`_quiet_when_cut_off`)."""
+    """A worker process (``multiprocessing``'s, a pool's) leaves its parent's process group:
+    a stop signal to the group (Ctrl-C, a hang-up, ``kill -- -PGID``) reaches only the
+    parent, which ends the workers. SIGINT and SIGHUP are ignored; SIGTERM keeps its
+    default action, how a pool ends its workers (a Python handler runs only when the main
+    thread next runs Python code, which a worker waiting on a lock may never do). It is
+    tied to its parent (``PR_SET_PDEATHSIG``); a broken connection is not reported."""
     os.setpgrp()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for sig in (signal.SIGINT, signal.SIGHUP):
@@ -106,10 +99,9 @@ def worker_setup(parent: int) -> None:
 
 
 def _quiet_when_cut_off(hook: Callable) -> Callable:
-    """A worker's ``sys.excepthook``: silent for a broken connection. ``multiprocessing``'s
-    resource sharer, a thread in a worker that hands its shared-memory arrays to its
-    parent, reports through it the connection a parent drops half-way, which a parent
-    does when it stops: that parent reports the stop. Anything else goes to ``hook``."""
+    """A worker's ``sys.excepthook``, silent for a broken connection: ``multiprocessing``'s
+    resource sharer reports through it the connection that a stopping parent drops
+    half-way (the parent reports the stop). Anything else goes to ``hook``."""
     def excepthook(kind, value, tb) -> None:
         if not issubclass(kind, (ConnectionError, EOFError)):
             hook(kind, value, tb)
@@ -117,17 +109,17 @@ def _quiet_when_cut_off(hook: Callable) -> Callable:
 
 
 _hooked: List[bool] = []
+_watcher: List[threading.Thread] = []
 # requests to _watch: SimpleQueue.put is safe in a signal handler or a finaliser, whatever
 # the main thread was doing (starting a thread there may deadlock on threading's own lock)
 _events: "queue.SimpleQueue" = queue.SimpleQueue()
 
 
 def _watch() -> None:
-    """A thread of its own: at the first stop, ends the process ``CLEANUP_S`` seconds
-    later with 128 + the signal's number and one line, should its clean-up not have ended
-    by then (a library's pool that waits for good for a worker that will not answer); it
-    fires while the main thread waits in a call that no signal interrupts. A stop that
-    landed in a finaliser (:func:`_stop_again`) is sent to the main thread again."""
+    """A thread of its own: ``CLEANUP_S`` seconds after the first stop, ends a process whose
+    clean-up has not ended (a pool waiting for good on a worker) with 128 + N and one line,
+    whatever call the main thread waits in; sends a stop that landed in a finaliser
+    (:func:`_stop_again`) to the main thread again."""
     main, first, deadline = threading.main_thread().ident, None, None
     while True:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -137,6 +129,8 @@ def _watch() -> None:
             say(f"yasgd: stopped by {signal.Signals(first).name}; its clean-up had not "
                 f"ended {CLEANUP_S:.0f} s later and was cut short")
             os._exit(128 + first)
+        if what == "quit":
+            return
         if what == "stop" and first is None:
             first, deadline = signum, time.monotonic() + CLEANUP_S
         elif what == "again":
@@ -144,14 +138,21 @@ def _watch() -> None:
             signal.pthread_kill(main, signum)
 
 
+def _end_watch() -> None:
+    """End :func:`_watch` (a process taking its signals over): a child tied to a process
+    (:func:`die_with_parent`) gets SIGTERM once per thread of it that ends when it is
+    killed, and mpirun, on a second SIGTERM, exits at once and leaves its ranks running."""
+    for thread in _watcher:
+        _events.put(("quit", 0))
+        thread.join()
+    _watcher.clear()
+
+
 def _stop_again(hook: Callable) -> Callable:
-    """``sys.unraisablehook`` for :func:`stop_by_unwinding`. A signal handler's exception
-    raised while a ``__del__``, a weakref callback or a ctypes callback runs (MXNet frees
-    its arrays in ``NDArray.__del__``) cannot propagate: Python prints it as "Exception
-    ignored in" and goes on, and the stop would be lost. Here it is not printed, and
-    :func:`_watch` sends the signal to the main thread again a moment later (sent from
-    here, its handler would run at once, inside the finaliser again). Every other
-    unraisable exception goes to ``hook``."""
+    """``sys.unraisablehook`` for :func:`stop_by_unwinding`: a stop raised in a finaliser
+    (MXNet frees arrays in ``NDArray.__del__``) cannot propagate, and Python would print
+    it and go on. It is not printed; :func:`_watch` sends the signal again a moment later
+    (from here, the handler would run inside the finaliser again). Others go to ``hook``."""
     def on_unraisable(unraisable) -> None:
         exc = unraisable.exc_value
         if isinstance(exc, (Stopped, ChildStopped)):
@@ -313,6 +314,7 @@ def _child_setup(unblock: List[int]) -> Callable[[], None]:
 def supervise(cmd: List[str], env: dict, timeout: Optional[float],
                stuck_after: float = STUCK_AFTER_S,
                stop_timeout: float = STOP_TIMEOUT_S) -> int:
+    _end_watch()    # one thread: mpirun gets its parent-death SIGTERM once
     signals: List[int] = []
     first_at: List[float] = []
     job: List[subprocess.Popen] = []

@@ -281,3 +281,17 @@ def test_gluon_dataloader_workers_end_when_it_is_dropped(tmp_path):
         """, tmp_path, timeout=300)
     assert (rc, out.split()) == (0, ["rounds", "100"]), (out, err)
     assert "Traceback" not in err, err
+
+
+def test_the_launcher_is_one_thread_again_when_it_takes_its_signals_over(tmp_path):
+    # a child tied to its parent gets SIGTERM once per thread of the parent that ends when
+    # the parent is killed; a second SIGTERM makes mpirun exit at once, its ranks left
+    # running. supervise() ends the clean-up watch first; stop_by_unwinding starts it again
+    rc, out, err = _run("""
+        print(threading.active_count())
+        supervise._end_watch()
+        print(threading.active_count())
+        stop_by_unwinding()
+        print(threading.active_count())
+        """, tmp_path)
+    assert (rc, err, out.split()) == (0, "", ["2", "1", "2"])
