@@ -179,7 +179,8 @@ def test_time_to_train_is_steps_times_iteration_plus_fixed():
 
 
 def test_time_to_train_counts_the_single_node_logs_start_up_and_first_epoch():
-    s = sim.PRESETS["dgxh100"].single_node[1]                  # v3.0 DGX H100 log
+    from yasgd.simulate.presets import single_node
+    s = single_node(sim.PRESETS["dgxh100"], "v3.0")             # v3.0 DGX H100 log
     r = sim.predict(preset="dgxh100", gpus=64, batch=3200, epochs=35, evals=9,
                     mlperf_round="v3.0")
     assert r["startup_s"] == s.startup_s

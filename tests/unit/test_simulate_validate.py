@@ -46,7 +46,32 @@ def test_table_recomputed_from_the_presets():
         assert g["err_time"] == pytest.approx(w["err_time"], abs=tol), g["case"]
         assert (g["gpus"], g["batch"], g["preset"]) == (w["gpus"], w["batch"], w["preset"])
     s = validate.summary(got)
-    assert s["cases"] == 11 and s["within_15"] == want["summary"]["within_15"]
+    assert s["cases"] == 1 + len(_rec("mlperf_logs.json")["multi_node"]) == 13
+    assert s["within_15"] == want["summary"]["within_15"]
+    held = [g for g in got if g["held_out"]]
+    assert [g["case"] for g in held] == [w["case"] for w in want["rows"] if w["held_out"]]
+    assert validate.summary(held)["within_15"] == want["summary_held_out"]["within_15"]
+
+
+def test_held_out_cases_are_marked_and_have_their_rounds_single_node_log():
+    # the held-out runs were recorded after the model was fixed; each is judged on its own
+    # round's single-node log, which the preset gained with it (not another round's)
+    logs = _rec("mlperf_logs.json")
+    held = [m for m in logs["multi_node"] if m.get("held_out")]
+    assert {m["case"] for m in held} == {"NVIDIA DGX H100 x 4 preview, v2.1",
+                                         "NVIDIA Eos DGX H100 x 8, v3.1"}
+    assert "held_out" in logs["rule"]
+    from yasgd.simulate import presets
+    for m in held:
+        s = presets.single_node(presets.get_preset(m["preset"]), m["mlperf_round"])
+        assert s.source.startswith(m["repository"] + " ")
+        r = [r for r in validate.rows() if r["case"] == m["case"]][0]
+        assert r["held_out"] and r["mlperf_round"] == r["software_round"] == m["mlperf_round"]
+    out = validate.table()
+    marked = [line.split("  ")[0] for line in out.splitlines() if line.split("  ")[0].endswith(" *")]
+    assert marked == [m["case"] + " *" for m in held]
+    assert "* held out, recorded after the model's constants and method were fixed: " \
+        f"|error| over {len(held)} cases" in out
 
 
 def test_acceptance_from_the_presets():

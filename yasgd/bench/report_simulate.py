@@ -73,10 +73,11 @@ def simulate_validation(rec: Records) -> str:
     from mlperf_logs.json."""
     from yasgd.simulate import validate
     logs = {m["case"]: m for m in rec.json("mlperf_logs.json")["multi_node"]}
-    rows, notes = [], []
-    for r in validate.rows():
+    rows, notes, rs = [], [], validate.rows()
+    for r in rs:
         m = logs.get(r["case"])
-        rows.append([r["case"], r["preset"], f"{r['gpus']:,}", f"{r['batch']:,}",
+        rows.append([r["case"] + (" (held out)" if r["held_out"] else ""), r["preset"],
+                     f"{r['gpus']:,}", f"{r['batch']:,}",
                      f"{r['epochs']:g}", f"{r['images_per_s'] / 1e6:.3f} M",
                      f"{r['model_images_per_s'] / 1e6:.3f} M",
                      f"{r['err_images_per_s'] * 100:+.1f} %", f"{r['time_s']:.2f} s",
@@ -99,18 +100,30 @@ def simulate_validation(rec: Records) -> str:
                    f"run's software generation). " if r["software_round"] != r["mlperf_round"]
                    else "")
                 + (f"{m['note']}. " if m.get("note") else "")
+                + ("Held out: recorded after the model's constants and method were fixed. "
+                   if r["held_out"] else "")
                 + (f"Beyond 15 %: {why}." if over and why else ""))
         elif abs(r["err_images_per_s"]) > .15 or abs(r["err_time"]) > .15:
             notes.append(f"- {r['case']}: `{r['source']}`. Beyond 15 %: "
                          f"{validate.EXPLANATIONS.get(r['case'], 'not explained')}.")
-    s = validate.summary()
+    held = [r for r in rs if r["held_out"]]
     return (common.md_table(["case", "preset", "GPUs", "batch", "epochs", "images/s", "model",
                              "error", "time", "model", "error"], rows, "llrrrrrrrrr")
-            + "\n\n" + f"Over the {s['cases']} cases: |error| on images/s median "
+            + "\n\n" + _over(rs, "cases")
+            + (" " + _over(held, "held-out cases alone (recorded after the model's constants "
+                               "and method were fixed)") if held else "")
+            + "\n\n" + _readings() + "\n\n" + "\n".join(notes))
+
+
+def _over(rs, what: str) -> str:
+    """'Over the N <what>: |error| ...' of the validation summary of ``rs``."""
+    from yasgd.simulate import validate
+    s = validate.summary(rs)
+    return (f"Over the {s['cases']} {what}: |error| on images/s median "
             f"{s['median_images_per_s'] * 100:.1f} %, worst {s['worst_images_per_s'] * 100:.1f} %;"
             f" on time to train median {s['median_time'] * 100:.1f} %, worst "
             f"{s['worst_time'] * 100:.1f} %; {s['within_15']} of {s['cases']} within 15 % on "
-            f"both.\n\n" + _readings() + "\n\n" + "\n".join(notes))
+            f"both.")
 
 
 def _readings() -> str:

@@ -163,7 +163,9 @@ def _ll128(gpus_per_node, nvlink_bw, hca_bw, hcas):
 
 V05 = "mlcommons/training_results_v0.5"
 V06 = "mlcommons/training_results_v0.6"
+V21 = "mlcommons/training_results_v2.1"
 V30 = "mlcommons/training_results_v3.0"
+V31 = "mlcommons/training_results_v3.1"
 V40 = "mlcommons/training_results_v4.0"
 # Single-node logs (median over the five runs of each run's median epoch, the first epoch left
 # out, / ceil(1,281,167 / global batch) optimizer steps per epoch).
@@ -178,6 +180,12 @@ DGX2H_V06 = SingleNode("v0.6", V06 + " NVIDIA/results/dgx2h_ngc19.05_mxnet", 16,
                        2.911, 0.2493, 1.6825)
 DGXH100_V30 = SingleNode("v3.0", V30 + " NVIDIA/results/dgxh100_ngc23.04_mxnet", 8, 400, 0.056975,
                          0.811, 0.4348, 0.4)
+# Recorded after the model's constants and method were fixed, with the multi-node runs of their
+# rounds (the held-out cases of ``yasgd.simulate.validate``).
+DGXH100_V21 = SingleNode("v2.1", V21 + " NVIDIA/results/dgxh100_preview", 8, 400, 0.060926,
+                         0.861, 0.8451, 0.447)
+DGXH100_V31 = SingleNode("v3.1", V31 + " NVIDIA/results/eos_ngc23.09_mxnet", 8, 400, 0.056616,
+                         2.169, 0.4281, 0.399)
 DGXH100_V40 = SingleNode("v4.0", V40 + " NVIDIA/results/eos_ngc24.04_mxnet", 8, 400, 0.055767,
                          0.756, 0.4676, 0.333)
 H200_V40 = SingleNode("v4.0", V40 + " NVIDIA/results/h200_ngc24.04_mxnet", 8, 400, 0.050227,
@@ -258,12 +266,12 @@ PRESETS: Dict[str, Preset] = {
     "dgxh100": Preset(
         title="DGX H100: 8 x H100-SXM5-80GB per node (NVLink 4 + NVSwitch), 8 x NDR400",
         topo=_ll128(8, 450 * GB, 50 * GB, 8),
-        single_node=(DGXH100_V40, DGXH100_V30), hbm_bw=3350 * GB, grouping="equal",
+        single_node=(DGXH100_V40, DGXH100_V31, DGXH100_V30, DGXH100_V21), hbm_bw=3350 * GB, grouping="equal",
         num_groups=1, horovod_cycle_s=0.1e-3, fusion_copies=2, shape_h=SHAPE_H_A100,
         sources=(("node", "DGX H100 datasheet: 8 x H100 SXM5, NVLink 900 GB/s both directions, "
                   "8 x ConnectX-7 400 Gb/s (NDR400)"),
                  ("per-GPU line c", "single-node DGX H100 logs: v4.0 eos_ngc24.04 (default), "
-                  "v3.0 dgxh100_ngc23.04"),
+                  "v3.1 eos_ngc23.09, v3.0 dgxh100_ngc23.04, v2.1 dgxh100_preview"),
                  ("shape h", _SHAPE_A100_SRC + ", carried to H100 (stated)" + _TRAIN_SRC),
                  ("groups, cycle, NCCL", _V3_NVIDIA), ("lock-step", _LOCK_NONE),
                  ("HBM", "H100 SXM5 datasheet: 3.35 TB/s"))),
