@@ -1,0 +1,144 @@
+"""The MLPerf log reader (yasgd/simulate/mlperf_logs.py) on logs written here in both formats the
+recorded runs use (v0.6 ``:::MLL``, v0.7 on ``:::MLLOG``), against the figures worked out by
+hand from the stamps; and the recorded entries against the reader's rule."""
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from yasgd import UsageError
+from yasgd.simulate import mlperf_logs as ml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _stamps(t0=1000.0, epochs=(9.0, 4.0, 4.2, 3.9, 4.1), evals_after=(1, 3, 5),
+            eval_s=(0.5, 0.9, 0.6), startup=1.5, accs=(0.60, 0.70, 0.76), tail=0.25):
+    """(seconds, key, value, metadata): run_start, then epochs of the given lengths back to
+    back, evaluations of the lengths eval_s after the epochs in evals_after, run_stop tail s
+    later."""
+    out = [(t0, "run_start", None, {}), (t0, "global_batch_size", 3200, {})]
+    t = t0 + startup
+    acc, ev = iter(accs), iter(eval_s)
+    for n, d in enumerate(epochs, 1):
+        out += [(t, "epoch_start", None, {"epoch_num": n}),
+                (t + d, "epoch_stop", None, {"epoch_num": n})]
+        t += d
+        if n in evals_after:
+            d = next(ev)
+            out += [(t, "eval_start", None, {"epoch_num": n}),
+                    (t + d, "eval_stop", None, {"epoch_num": n}),
+                    (t + d, "eval_accuracy", next(acc), {"epoch_num": n})]
+            t += d
+    return out + [(t + tail, "run_stop", None, {"status": "success"})]
+
+
+def _mllog(stamps):
+    return "".join(
+        "noise before :::MLLOG " + json.dumps({"namespace": "", "time_ms": round(s * 1000),
+                                               "event_type": "POINT_IN_TIME", "key": k,
+                                               "value": v, "metadata": m}) + "\n"
+        + "some other line\n" for s, k, v, m in stamps)
+
+
+def _mll(stamps):
+    return "".join(f":::MLL {s:.3f} {k}: " + json.dumps({"value": v, "metadata": m}) + "\n"
+                   + "2019-06-18 Node[0] not an event\n" for s, k, v, m in stamps)
+
+
+@pytest.mark.parametrize("fmt", [_mllog, _mll])
+def test_one_run_read_by_the_rule(fmt):
+    r = ml.read_run(fmt(_stamps()))
+    run_s = 1.5 + (9 + 4 + 4.2 + 3.9 + 4.1) + (0.5 + 0.9 + 0.6) + 0.25
+    assert r["run_s"] == pytest.approx(run_s, abs=1e-3)
+    assert (r["epochs"], r["evals"], r["final_accuracy"]) == (5, 3, 0.76)
+    assert r["median_epoch_s"] == pytest.approx(4.05, abs=1e-4)    # median of 4, 4.2, 3.9, 4.1
+    assert r["first_epoch_s"] == pytest.approx(9.0, abs=1e-3)
+    assert r["eval_s_median"] == pytest.approx(0.6, abs=1e-4)
+    assert r["run_start_to_first_epoch_s"] == pytest.approx(1.5, abs=1e-3)
+    # the evaluations count as their number x their median (the recorded rule), not their sum
+    assert r["stamps_cover_run"] == pytest.approx(round((25.2 + 3 * 0.6) / run_s, 3), abs=1e-9)
+
+
+def _folder(tmp_path, tails, uncovered=None):
+    for i, tail in enumerate(tails):
+        st = _stamps(tail=tail)
+        if i == uncovered:          # a run whose stamps leave most of it out
+            st = _stamps(tail=100.0)
+        (tmp_path / f"result_{i}.txt").write_text(_mllog(st))
+    (tmp_path / "scaling.json").write_text("{}")
+    return str(tmp_path)
+
+
+def test_a_results_folder_median_score_and_runs_used(tmp_path):
+    folder = _folder(tmp_path, tails=(0.3, 0.1, 5.0, 0.2, 0.4), uncovered=2)
+    e = ml.read_results(folder, gpus=64)
+    assert e["files"] == [f"result_{i}.txt" for i in range(5)]
+    assert e["runs_used"] == ["result_0.txt", "result_1.txt", "result_3.txt", "result_4.txt"]
+    steps = math.ceil(1_281_167 / 3200)
+    assert (e["global_batch"], e["per_gpu_batch"], e["steps_per_epoch"]) == (3200, 50, steps)
+    assert e["median_epoch_s"] == pytest.approx(4.05, abs=1e-4)
+    assert e["iteration_s"] == pytest.approx(4.05 / steps, abs=1e-6)
+    assert e["images_per_s"] == pytest.approx(3200 * steps / 4.05, abs=0.1)
+    # the score: the middle three of five run times (fastest and slowest out), in that order
+    times = {r["file"]: r["run_s"] for r in e["runs"]}
+    assert e["score_runs"] == ["result_3.txt", "result_0.txt", "result_4.txt"]
+    assert e["score_s"] == pytest.approx(sum(times[f] for f in e["score_runs"]) / 3, abs=1e-3)
+    assert (e["epochs"], e["evals"]) == (5, 3)
+
+
+def test_the_recorded_entries_follow_the_readers_rule():
+    # the runs used and the iteration, from each recorded entry's own runs (single-node entries
+    # too; test_simulate_validate checks the multi-node scores)
+    with open(os.path.join(REPO, "examples", "results", "mlperf_logs.json")) as f:
+        rec = json.load(f)
+    for e in rec["single_node"] + rec["multi_node"]:
+        if "v0.5" in e["repository"]:
+            continue                # another log format, not read by this module
+        used = [r["file"] for r in e["runs"] if r["stamps_cover_run"] >= ml.COVER]
+        assert e["runs_used"] == used
+        steps = math.ceil(ml.IMAGENET_TRAIN / e["global_batch"])
+        assert e["iteration_s"] == pytest.approx(e["median_epoch_s"] / steps, abs=1e-6)
+        assert e["median_epoch_s"] == pytest.approx(statistics.median(
+            r["median_epoch_s"] for r in e["runs"] if r["file"] in used), abs=1e-9)
+
+
+def test_bad_logs_are_one_clear_error(tmp_path):
+    st = [s for s in _stamps() if s[1] != "run_stop"]
+    with pytest.raises(UsageError, match="0 run_stop stamps"):
+        ml.read_run(_mllog(st))
+    with pytest.raises(UsageError, match="fewer than two epochs"):
+        ml.read_run(_mllog([s for s in _stamps() if s[1] != "epoch_stop"]))
+    with pytest.raises(UsageError, match="no result_"):
+        ml.read_results(str(tmp_path), gpus=8)
+    _folder(tmp_path, tails=(0.1,) * 5)
+    with pytest.raises(UsageError, match="not a multiple of --gpus 7"):
+        ml.read_results(str(tmp_path), gpus=7)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "yasgd.simulate.mlperf_logs", *args],
+                          capture_output=True, text=True, cwd=REPO)
+
+
+def test_cli_prints_the_entry_and_refuses_bad_input(tmp_path):
+    (tmp_path / "ok").mkdir()
+    folder = _folder(tmp_path / "ok", tails=(0.1, 0.2, 0.3, 0.4, 0.5))
+    p = _cli(folder, "--gpus", "64")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == ml.read_results(folder, gpus=64)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "result_0.txt").write_text(":::MLLOG {not json\n")
+    for args, what in [((folder, "--gpus", "0"), "--gpus"), ((str(tmp_path / "nope"), "--gpus",
+                                                             "8"), "nope"),
+                       ((folder, "--gpus", "7"), "--gpus 7"), ((folder,), "--gpus"),
+                       ((str(tmp_path / "bad"), "--gpus", "8"), "not an MLPerf event")]:
+        p = _cli(*args)
+        assert p.returncode == 2 and p.stdout == "", (args, p.stdout)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("yasgd: error: mlperf_logs: "), p.stderr
+        assert what in lines[0] and "Traceback" not in p.stderr

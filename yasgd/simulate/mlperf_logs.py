@@ -1,0 +1,153 @@
+"""Read MLPerf Training ResNet-50 result logs by the one rule ``examples/results/mlperf_logs.json``
+records (its ``about`` and ``rule``), so that every published figure the scaling model is set
+from or tested on can be read again from the public logs (mlcommons/training_results_v0.6 on).
+
+Per run: each epoch is its ``epoch_start``..``epoch_stop`` (paired by ``epoch_num``); the run's
+median epoch leaves the first out; evaluations are ``eval_start``..``eval_stop``; the stamps
+cover the run by (the epochs + the evaluations x their median) / ``run_start``..``run_stop``.
+Per results folder: the runs used are those whose stamps cover at least four fifths of the run;
+the median epoch is the median over them of each run's median epoch; iteration = median epoch /
+ceil(1,281,167 / global batch) optimizer steps; images/s = global batch x steps / median epoch;
+the score is the mean run time of the middle three of five runs, and the epochs and evaluations
+the model is given are the medians of those three.
+
+    python -m yasgd.simulate.mlperf_logs RESULTS_FOLDER --gpus N
+
+prints the folder's entry as JSON (the fields of ``mlperf_logs.json``). MLPerf v0.5's logs
+(``:::MLPv0.5.0`` lines, no ``epoch_stop``) follow another format and are not read here.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from typing import Dict, List, Optional
+
+from yasgd import UsageError
+
+IMAGENET_TRAIN = 1_281_167
+COVER = 0.8
+
+
+def events(text: str) -> List[Dict]:
+    """The MLPerf events of a log: ``:::MLLOG {json}`` (v0.7 on, ``time_ms``) and
+    ``:::MLL <seconds> <key>: {json}`` (v0.6), each as {time_s, key, value, metadata}."""
+    out = []
+    for line in text.splitlines():
+        i = line.find(":::MLLOG ")
+        if i >= 0:
+            e = json.loads(line[i + 9:])
+            out.append({"time_s": e["time_ms"] / 1000, "key": e["key"], "value": e.get("value"),
+                        "metadata": e.get("metadata") or {}})
+            continue
+        i = line.find(":::MLL ")
+        if i >= 0:
+            stamp, key, rest = line[i + 7:].split(" ", 2)
+            e = json.loads(rest)
+            out.append({"time_s": float(stamp), "key": key.rstrip(":"), "value": e.get("value"),
+                        "metadata": e.get("metadata") or {}})
+    return out
+
+
+def _one(ev: List[Dict], key: str) -> float:
+    times = [e["time_s"] for e in ev if e["key"] == key]
+    if len(times) != 1:
+        raise UsageError(f"the log has {len(times)} {key} stamps, not one")
+    return times[0]
+
+
+def read_run(text: str) -> Dict:
+    """One run's figures (the ``runs`` entries of mlperf_logs.json, less ``file``)."""
+    ev = events(text)
+    start, stop = _one(ev, "run_start"), _one(ev, "run_stop")
+    begin = {e["metadata"].get("epoch_num"): e["time_s"] for e in ev if e["key"] == "epoch_start"}
+    end = {e["metadata"].get("epoch_num"): e["time_s"] for e in ev if e["key"] == "epoch_stop"}
+    nums = sorted(k for k in begin if k in end and k is not None)
+    if len(nums) < 2:
+        raise UsageError("the log has fewer than two epochs with epoch_start and epoch_stop")
+    epoch = [end[k] - begin[k] for k in nums]
+    evals = [b - a for a, b in zip([e["time_s"] for e in ev if e["key"] == "eval_start"],
+                                   [e["time_s"] for e in ev if e["key"] == "eval_stop"])]
+    acc = [e["value"] for e in ev if e["key"] == "eval_accuracy"]
+    run_s = stop - start
+    eval_median = statistics.median(evals) if evals else 0.0
+    return {"run_s": round(run_s, 3), "epochs": len(nums), "evals": len(acc),
+            "median_epoch_s": round(statistics.median(epoch[1:]), 4),
+            "first_epoch_s": round(epoch[0], 3),
+            "eval_s_median": round(eval_median, 4) if evals else None,
+            "run_start_to_first_epoch_s": round(begin[nums[0]] - start, 3),
+            "stamps_cover_run": round((sum(epoch) + len(evals) * eval_median) / run_s, 3),
+            "final_accuracy": acc[-1] if acc else None}
+
+
+def global_batch(text: str) -> Optional[int]:
+    """The log's ``global_batch_size``, if it logs one."""
+    vals = [e["value"] for e in events(text) if e["key"] == "global_batch_size"]
+    return int(vals[0]) if vals else None
+
+
+def read_results(folder: str, gpus: int, batch: Optional[int] = None) -> Dict:
+    """A results folder's entry: its runs (``result_*.txt``), the runs used, the median epoch,
+    iteration, images/s, and with five runs the score and the epochs and evaluations of it."""
+    files = sorted(f for f in os.listdir(folder) if f.startswith("result_") and f.endswith(".txt"))
+    if not files:
+        raise UsageError(f"{folder}: no result_*.txt")
+    runs, batches = [], set()
+    for name in files:
+        with open(os.path.join(folder, name)) as f:
+            text = f.read()
+        runs.append({"file": name, **read_run(text)})
+        batches.add(global_batch(text))
+    batch = batch or (batches.pop() if len(batches) == 1 and None not in batches else None)
+    if not batch:
+        raise UsageError(f"{folder}: the logs give no single global_batch_size; pass --batch")
+    if batch % gpus:
+        raise UsageError(f"global batch {batch} is not a multiple of --gpus {gpus}")
+    steps = math.ceil(IMAGENET_TRAIN / batch)
+    used = [r for r in runs if r["stamps_cover_run"] >= COVER]
+    if not used:
+        raise UsageError(f"{folder}: no run's stamps cover four fifths of it")
+    median_epoch = statistics.median(r["median_epoch_s"] for r in used)
+    out = {"files": files, "gpus": gpus, "global_batch": batch, "per_gpu_batch": batch // gpus,
+           "steps_per_epoch": steps, "runs": runs, "runs_used": [r["file"] for r in used],
+           "median_epoch_s": median_epoch, "iteration_s": round(median_epoch / steps, 6),
+           "images_per_s": round(batch * steps / median_epoch, 1)}
+    if len(runs) == 5:
+        mid = sorted(runs, key=lambda r: r["run_s"])[1:-1]
+        out.update(score_s=round(sum(r["run_s"] for r in mid) / 3, 3),
+                   score_runs=[r["file"] for r in mid],
+                   epochs=statistics.median(r["epochs"] for r in mid),
+                   evals=statistics.median(r["evals"] for r in mid))
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m yasgd.simulate.mlperf_logs FOLDER --gpus N [--batch B]``: the entry as JSON;
+    a bad argument, folder or log is one ``yasgd: error:`` line, exit 2."""
+    import argparse
+    from yasgd.argtypes import integer
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            self.exit(2, f"yasgd: error: mlperf_logs: {message}\n")
+
+    ap = Parser(prog="python -m yasgd.simulate.mlperf_logs", description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", help="an MLPerf results folder holding result_*.txt")
+    ap.add_argument("--gpus", type=integer(1), required=True, help="GPUs of the run")
+    ap.add_argument("--batch", type=integer(1), help="global batch, where the logs give none")
+    args = ap.parse_args(argv)
+    try:
+        out = read_results(args.folder, args.gpus, args.batch)
+    except OSError as e:
+        ap.error(f"{e.filename or args.folder}: {e.strerror}")
+    except UsageError as e:
+        ap.error(str(e))
+    except (ValueError, KeyError, TypeError) as e:
+        ap.error(f"{args.folder}: a log line is not an MLPerf event ({type(e).__name__}: {e})")
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
