@@ -61,9 +61,10 @@ def test_shape_h_from_the_published_tables():
     assert 8.5 < presets.SHAPE_H_INFER < 9.5 and 11.0 < presets.SHAPE_H_INFER_A100 < 12.0
     assert presets.SHAPE_H == pytest.approx(presets.SHAPE_H_INFER * ratio, rel=1e-9)
     assert presets.SHAPE_H_A100 == pytest.approx(presets.SHAPE_H_INFER_A100 * ratio, rel=1e-9)
-    # V100 presets: the V100 mxnet-19.07 table; H100 and H200: the A100 mxnet-20.12 table
+    # V100 presets: the V100 mxnet-19.07 table; A100, H100 and H200: the A100 mxnet-20.12 table
     for name, p in sim.PRESETS.items():
-        want = presets.SHAPE_H_A100 if name in ("dgxh100", "abci3") else presets.SHAPE_H
+        a100 = ("dgxa100", "dgxa100_40gb", "dgxh100", "abci3")
+        want = presets.SHAPE_H_A100 if name in a100 else presets.SHAPE_H
         assert p.shape_h == want, name
 
 

@@ -46,7 +46,7 @@ def test_table_recomputed_from_the_presets():
         assert g["err_time"] == pytest.approx(w["err_time"], abs=tol), g["case"]
         assert (g["gpus"], g["batch"], g["preset"]) == (w["gpus"], w["batch"], w["preset"])
     s = validate.summary(got)
-    assert s["cases"] == 1 + len(_rec("mlperf_logs.json")["multi_node"]) == 13
+    assert s["cases"] == 1 + len(_rec("mlperf_logs.json")["multi_node"]) == 21
     assert s["within_15"] == want["summary"]["within_15"]
     held = [g for g in got if g["held_out"]]
     assert [g["case"] for g in held] == [w["case"] for w in want["rows"] if w["held_out"]]
@@ -58,8 +58,11 @@ def test_held_out_cases_are_marked_and_have_their_rounds_single_node_log():
     # round's single-node log, which the preset gained with it (not another round's)
     logs = _rec("mlperf_logs.json")
     held = [m for m in logs["multi_node"] if m.get("held_out")]
-    assert {m["case"] for m in held} == {"NVIDIA DGX H100 x 4 preview, v2.1",
-                                         "NVIDIA Eos DGX H100 x 8, v3.1"}
+    assert {m["case"] for m in held} == {
+        "NVIDIA DGX H100 x 4 preview, v2.1", "NVIDIA Eos DGX H100 x 8, v3.1",
+        "NVIDIA DGX A100 x 2, v0.7", "NVIDIA DGX A100 x 96, v0.7", "NVIDIA DGX A100 x 8, v1.0",
+        "NVIDIA DGX A100 x 8, v1.1", "NVIDIA DGX A100 x 128, v1.1", "NVIDIA DGX A100 x 540, v1.1",
+        "NVIDIA DGX A100 x 8, v2.0", "NVIDIA DGX A100 x 128, v2.0"}
     assert "held_out" in logs["rule"]
     from yasgd.simulate import presets
     for m in held:

@@ -163,6 +163,7 @@ def _ll128(gpus_per_node, nvlink_bw, hca_bw, hcas):
 
 V05 = "mlcommons/training_results_v0.5"
 V06 = "mlcommons/training_results_v0.6"
+V07, V10, V11, V20 = (f"mlcommons/training_results_v{r}" for r in ("0.7", "1.0", "1.1", "2.0"))
 V21 = "mlcommons/training_results_v2.1"
 V30 = "mlcommons/training_results_v3.0"
 V31 = "mlcommons/training_results_v3.1"
@@ -186,6 +187,14 @@ DGXH100_V21 = SingleNode("v2.1", V21 + " NVIDIA/results/dgxh100_preview", 8, 400
                          0.861, 0.8451, 0.447)
 DGXH100_V31 = SingleNode("v3.1", V31 + " NVIDIA/results/eos_ngc23.09_mxnet", 8, 400, 0.056616,
                          2.169, 0.4281, 0.399)
+DGXA100_V07 = SingleNode("v0.7", V07 + " NVIDIA/results/dgxa100_ngc20.06_mxnet", 8, 408, 0.144725,
+                         2.848, 0.0969, 2.233)
+DGXA100_V10 = SingleNode("v1.0", V10 + " NVIDIA/results/dgxa100_ngc21.05_mxnet", 8, 408, 0.1223,
+                         0.239, 0.5582, 1.245)
+DGXA100_V11 = SingleNode("v1.1", V11 + " NVIDIA/results/dgxa100_ngc21.09_mxnet", 8, 408, 0.123739,
+                         0.224, 0.6307, 1.236)
+DGXA100_V20 = SingleNode("v2.0", V20 + " NVIDIA/results/dgxa100_ngc22.04_mxnet", 8, 408, 0.119893,
+                         0.221, 0.8385, 1.241)
 DGXH100_V40 = SingleNode("v4.0", V40 + " NVIDIA/results/eos_ngc24.04_mxnet", 8, 400, 0.055767,
                          0.756, 0.4676, 0.333)
 H200_V40 = SingleNode("v4.0", V40 + " NVIDIA/results/h200_ngc24.04_mxnet", 8, 400, 0.050227,
@@ -209,6 +218,27 @@ _V3_NVIDIA = ("NVIDIA/benchmarks/resnet/implementations/mxnet/config_DGXA100_com
 _LOCK_V100 = ("jitter: DeepLearningExamples V100 fp16 inference latency p50/p90 by batch; spread: "
               "Sinha et al., SC'22 (arXiv 2208.11035), V100 clusters")
 _LOCK_NONE = "none: no published per-step jitter or GPU-to-GPU spread for this GPU"
+_A100_NODE = ("DGX A100 datasheet: 8 x A100 SXM4, NVLink 600 GB/s both directions, 8 x single-port "
+              "ConnectX-6 200 Gb/s (HDR) for compute")
+_A100_NVIDIA = ("NVIDIA/benchmarks/resnet/implementations/mxnet/config_DGXA100_common.sh and "
+                "config_DGXA100_multi_*.sh (MLPerf v0.7 to v2.0): MXNET_HOROVOD_NUM_GROUPS=1, "
+                "HOROVOD_CYCLE_TIME=0.1; NCCL LL128 latencies")
+
+
+def _dgxa100(title, single_node, hbm_gb, hbm_src, shape_note=""):
+    """A DGX A100 (40 or 80 GB GPUs): the node, groups and shape that both variants share."""
+    logs = ", ".join(f"{s.mlperf_round} {s.source.rsplit('/', 1)[1].replace('_mxnet', '')}"
+                     for s in single_node)
+    return Preset(
+        title=title, topo=_ll128(8, 300 * GB, 25 * GB, 8), single_node=single_node,
+        hbm_bw=hbm_gb * GB, grouping="equal", num_groups=1, horovod_cycle_s=0.1e-3,
+        fusion_copies=2, shape_h=SHAPE_H_A100,
+        sources=(("node", _A100_NODE),
+                 ("per-GPU line c", f"single-node DGX A100 logs: {logs} (the first the default)"),
+                 ("shape h", _SHAPE_A100_SRC + shape_note + _TRAIN_SRC),
+                 ("groups, cycle, NCCL", _A100_NVIDIA),
+                 ("lock-step", _LOCK_NONE), ("HBM", hbm_src)))
+
 
 PRESETS: Dict[str, Preset] = {
     "abci2019": Preset(
@@ -275,6 +305,13 @@ PRESETS: Dict[str, Preset] = {
                  ("shape h", _SHAPE_A100_SRC + ", carried to H100 (stated)" + _TRAIN_SRC),
                  ("groups, cycle, NCCL", _V3_NVIDIA), ("lock-step", _LOCK_NONE),
                  ("HBM", "H100 SXM5 datasheet: 3.35 TB/s"))),
+    "dgxa100": _dgxa100("DGX A100: 8 x A100-SXM4-80GB per node (NVLink 3 + NVSwitch), 8 x HDR200",
+                        (DGXA100_V20, DGXA100_V11, DGXA100_V10), 2039,
+                        "A100 80GB SXM datasheet: 2,039 GB/s"),
+    "dgxa100_40gb": _dgxa100("DGX A100 (40 GB): 8 x A100-SXM4-40GB per node (NVLink 3 + NVSwitch), "
+                             "8 x HDR200", (DGXA100_V07,), 1555,
+                             "A100 40GB SXM datasheet: 1,555 GB/s",
+                             ", carried to the 40 GB A100 (stated)"),
     "abci3": Preset(
         title="ABCI 3.0: 8 x H200-SXM-141GB per node, 8 x InfiniBand NDR200",
         topo=_ll128(8, 450 * GB, 25 * GB, 8),

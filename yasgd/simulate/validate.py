@@ -73,6 +73,17 @@ EXPLANATIONS = {
     "NVIDIA DGX H100 x 96, v3.0": _H100, "NVIDIA Eos DGX H100 x 8, v4.0": _H100,
     "CoreWeave HGX H100 x 448, v3.0": _B16, "NVIDIA Eos DGX H100 x 316, v4.0": _B16,
     "NVIDIA DGX H100 x 4 preview, v2.1": _H100, "NVIDIA Eos DGX H100 x 8, v3.1": _H100,
+    # Held-out DGX A100 runs: read from their configs after their errors were seen.
+    "NVIDIA DGX A100 x 96, v0.7": (
+        "the single-node log that set c trained with plain SGD (MLPerf v0.7 config_DGXA100.sh: "
+        "OPTIMIZER=sgd, resnet-v1b-stats-fl), the run with LARS (sgdwfastlars: a norm of every "
+        "layer's weights and gradients each step) and resnet-v1b-fl; no lock-step figure is "
+        "published for A100"),
+    "NVIDIA DGX A100 x 540, v1.1": (
+        "the run launches its whole step as one CUDA graph with another LARS kernel "
+        "(config_DGXA100_multi_540x8x15xgbn2_larsv2.sh: E2E_CUDA_GRAPHS=1, sgdwfastlarsv2), "
+        "which the single-node log that set c does not, so its fixed cost per step, most of "
+        "the step at 15 images per GPU, is below the model's h; BN_GROUP=2 there too"),
 }
 
 
