@@ -293,6 +293,13 @@ PRESETS: Dict[str, Preset] = {
                  ("shape h", _SHAPE_SRC), ("groups, cycle, NCCL", _V06_NVIDIA),
                  ("lock-step", _LOCK_V100 + " (measured on V100 SXM2; placeholder for SXM3-H)"),
                  ("HBM", "V100 datasheet: 900 GB/s"))),
+    "dgxa100": _dgxa100("DGX A100: 8 x A100-SXM4-80GB per node (NVLink 3 + NVSwitch), 8 x HDR200",
+                        (DGXA100_V20, DGXA100_V11, DGXA100_V10), 2039,
+                        "A100 80GB SXM datasheet: 2,039 GB/s"),
+    "dgxa100_40gb": _dgxa100("DGX A100 (40 GB): 8 x A100-SXM4-40GB per node (NVLink 3 + NVSwitch), "
+                             "8 x HDR200", (DGXA100_V07,), 1555,
+                             "A100 40GB SXM datasheet: 1,555 GB/s",
+                             ", carried to the 40 GB A100 (stated)"),
     "dgxh100": Preset(
         title="DGX H100: 8 x H100-SXM5-80GB per node (NVLink 4 + NVSwitch), 8 x NDR400",
         topo=_ll128(8, 450 * GB, 50 * GB, 8),
@@ -305,13 +312,6 @@ PRESETS: Dict[str, Preset] = {
                  ("shape h", _SHAPE_A100_SRC + ", carried to H100 (stated)" + _TRAIN_SRC),
                  ("groups, cycle, NCCL", _V3_NVIDIA), ("lock-step", _LOCK_NONE),
                  ("HBM", "H100 SXM5 datasheet: 3.35 TB/s"))),
-    "dgxa100": _dgxa100("DGX A100: 8 x A100-SXM4-80GB per node (NVLink 3 + NVSwitch), 8 x HDR200",
-                        (DGXA100_V20, DGXA100_V11, DGXA100_V10), 2039,
-                        "A100 80GB SXM datasheet: 2,039 GB/s"),
-    "dgxa100_40gb": _dgxa100("DGX A100 (40 GB): 8 x A100-SXM4-40GB per node (NVLink 3 + NVSwitch), "
-                             "8 x HDR200", (DGXA100_V07,), 1555,
-                             "A100 40GB SXM datasheet: 1,555 GB/s",
-                             ", carried to the 40 GB A100 (stated)"),
     "abci3": Preset(
         title="ABCI 3.0: 8 x H200-SXM-141GB per node, 8 x InfiniBand NDR200",
         topo=_ll128(8, 450 * GB, 25 * GB, 8),
