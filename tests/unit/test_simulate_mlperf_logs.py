@@ -1,6 +1,6 @@
-"""The MLPerf log reader (yasgd/simulate/mlperf_logs.py) on logs written here in both formats the
-recorded runs use (v0.6 ``:::MLL``, v0.7 on ``:::MLLOG``), against the figures worked out by
-hand from the stamps; and the recorded entries against the reader's rule."""
+"""The MLPerf log reader (yasgd/simulate/mlperf_logs.py) on logs written here in the three formats
+the recorded runs use (v0.5 ``:::MLPv0.5.0``, v0.6 ``:::MLL``, v0.7 on ``:::MLLOG``), against the
+figures worked out by hand from the stamps; and the recorded entries against the reader's rule."""
 import json
 import math
 import os
@@ -50,6 +50,37 @@ def _mll(stamps):
                    + "2019-06-18 Node[0] not an event\n" for s, k, v, m in stamps)
 
 
+def _mlp05(stamps):
+    """v0.5: each epoch's start as ``train_epoch: <n - 1>`` (no epoch_stop), the accuracy as a
+    dict, and ``run_final`` after ``run_stop``."""
+    out = []
+    for s, k, v, m in stamps:
+        if k == "epoch_stop":
+            continue
+        if k == "epoch_start":
+            k, v = "train_epoch", m["epoch_num"] - 1
+        if k == "eval_accuracy":
+            v = {"epoch": m["epoch_num"], "value": v}
+        line = f":::MLPv0.5.0 resnet {s:.9f} (/workspace/mlperf_log_utils.py:49) {k}"
+        out.append(line + ("" if v is None else f": {json.dumps(v)}"))
+        if k == "run_stop":
+            out.append(f":::MLPv0.5.0 resnet {s + 0.05:.9f} (/workspace/x.py:1) run_final")
+    return "\n".join(out) + "\n"
+
+
+def test_a_v05_run_is_timed_between_train_epoch_stamps():
+    # the epoch after the last train_epoch stamp is counted but not timed; evaluations that
+    # fall between two stamps are taken out of that epoch; the run ends at run_final
+    r = ml.read_run(_mlp05(_stamps()))
+    run_s = 1.5 + (9 + 4 + 4.2 + 3.9 + 4.1) + (0.5 + 0.9 + 0.6) + 0.25 + 0.05
+    assert r["run_s"] == pytest.approx(run_s, abs=1e-3)
+    assert (r["epochs"], r["evals"], r["final_accuracy"]) == (5, 3, 0.76)
+    assert r["median_epoch_s"] == pytest.approx(4.0, abs=1e-4)     # median of 4, 4.2, 3.9
+    assert r["first_epoch_s"] == pytest.approx(9.0, abs=1e-3)
+    assert r["eval_s_median"] == pytest.approx(0.6, abs=1e-4)
+    assert r["stamps_cover_run"] == pytest.approx(round((21.1 + 3 * 0.6) / run_s, 3), abs=1e-9)
+
+
 @pytest.mark.parametrize("fmt", [_mllog, _mll])
 def test_one_run_read_by_the_rule(fmt):
     r = ml.read_run(fmt(_stamps()))
@@ -97,8 +128,6 @@ def test_the_recorded_entries_follow_the_readers_rule():
     with open(os.path.join(REPO, "examples", "results", "mlperf_logs.json")) as f:
         rec = json.load(f)
     for e in rec["single_node"] + rec["multi_node"]:
-        if "v0.5" in e["repository"]:
-            continue                # another log format, not read by this module
         used = [r["file"] for r in e["runs"] if r["stamps_cover_run"] >= ml.COVER]
         assert e["runs_used"] == used
         steps = math.ceil(ml.IMAGENET_TRAIN / e["global_batch"])

@@ -1,6 +1,6 @@
 """Read MLPerf Training ResNet-50 result logs by the one rule ``examples/results/mlperf_logs.json``
 records (its ``about`` and ``rule``), so that every published figure the scaling model is set
-from or tested on can be read again from the public logs (mlcommons/training_results_v0.6 on).
+from or tested on can be read again from the public logs (mlcommons/training_results_v0.5 on).
 
 Per run: each epoch is its ``epoch_start``..``epoch_stop`` (paired by ``epoch_num``); the run's
 median epoch leaves the first out; evaluations are ``eval_start``..``eval_stop``; the stamps
@@ -14,7 +14,7 @@ the model is given are the medians of those three.
     python -m yasgd.simulate.mlperf_logs RESULTS_FOLDER --gpus N
 
 prints the folder's entry as JSON (the fields of ``mlperf_logs.json``). MLPerf v0.5's logs
-(``:::MLPv0.5.0`` lines, no ``epoch_stop``) follow another format and are not read here.
+(``:::MLPv0.5.0`` lines) stamp only each epoch's start (``train_epoch``): see :func:`_epochs`.
 """
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ COVER = 0.8
 
 
 def events(text: str) -> List[Dict]:
-    """The MLPerf events of a log: ``:::MLLOG {json}`` (v0.7 on, ``time_ms``) and
-    ``:::MLL <seconds> <key>: {json}`` (v0.6), each as {time_s, key, value, metadata}."""
+    """The MLPerf events of a log, each as {time_s, key, value, metadata}: ``:::MLLOG {json}``
+    (v0.7 on, ``time_ms``), ``:::MLL <seconds> <key>: {json}`` (v0.6) and ``:::MLPv0.5.0
+    <benchmark> <seconds> (<file>:<line>) <key>[: <value>]`` (v0.5)."""
     out = []
     for line in text.splitlines():
         i = line.find(":::MLLOG ")
@@ -47,6 +48,17 @@ def events(text: str) -> List[Dict]:
             e = json.loads(rest)
             out.append({"time_s": float(stamp), "key": key.rstrip(":"), "value": e.get("value"),
                         "metadata": e.get("metadata") or {}})
+            continue
+        i = line.find(":::MLPv0.5.0 ")
+        if i >= 0:
+            parts = line[i:].split(None, 4)
+            key, _, value = (parts[4] if len(parts) > 4 else "").partition(":")
+            try:
+                value = json.loads(value) if value.strip() else None
+            except ValueError:
+                value = value.strip()
+            out.append({"time_s": float(parts[2]), "key": key.strip(), "value": value,
+                        "metadata": {}})
     return out
 
 
@@ -57,26 +69,44 @@ def _one(ev: List[Dict], key: str) -> float:
     return times[0]
 
 
+def _epochs(ev: List[Dict], evals: List[tuple]):
+    """(each epoch's length, the number of epochs, the first epoch's start, the run's end key).
+    v0.6 on: ``epoch_start``..``epoch_stop`` paired by ``epoch_num``. v0.5: ``train_epoch``
+    stamps each epoch's start, so an epoch is the time to the next stamp less the evaluations
+    inside it (the last, with no stamp after it, is counted but not timed); the run ends at
+    ``run_final``."""
+    if any(e["key"] == "epoch_start" for e in ev):
+        begin = {e["metadata"].get("epoch_num"): e["time_s"] for e in ev
+                 if e["key"] == "epoch_start"}
+        end = {e["metadata"].get("epoch_num"): e["time_s"] for e in ev if e["key"] == "epoch_stop"}
+        nums = sorted(k for k in begin if k in end and k is not None)
+        return [end[k] - begin[k] for k in nums], len(nums), begin.get(nums[0]) if nums else 0, \
+            "run_stop"
+    t = [e["time_s"] for e in ev if e["key"] == "train_epoch"]
+    lengths = [b - a - sum(max(0.0, min(y, b) - max(x, a)) for x, y in evals)
+               for a, b in zip(t, t[1:])]
+    return lengths, len(t), t[0] if t else 0, "run_final"
+
+
 def read_run(text: str) -> Dict:
     """One run's figures (the ``runs`` entries of mlperf_logs.json, less ``file``)."""
     ev = events(text)
-    start, stop = _one(ev, "run_start"), _one(ev, "run_stop")
-    begin = {e["metadata"].get("epoch_num"): e["time_s"] for e in ev if e["key"] == "epoch_start"}
-    end = {e["metadata"].get("epoch_num"): e["time_s"] for e in ev if e["key"] == "epoch_stop"}
-    nums = sorted(k for k in begin if k in end and k is not None)
-    if len(nums) < 2:
-        raise UsageError("the log has fewer than two epochs with epoch_start and epoch_stop")
-    epoch = [end[k] - begin[k] for k in nums]
-    evals = [b - a for a, b in zip([e["time_s"] for e in ev if e["key"] == "eval_start"],
-                                   [e["time_s"] for e in ev if e["key"] == "eval_stop"])]
-    acc = [e["value"] for e in ev if e["key"] == "eval_accuracy"]
+    start = _one(ev, "run_start")
+    evals = list(zip([e["time_s"] for e in ev if e["key"] == "eval_start"],
+                     [e["time_s"] for e in ev if e["key"] == "eval_stop"]))
+    epoch, count, first, end_key = _epochs(ev, evals)
+    if len(epoch) < 2:
+        raise UsageError("the log times fewer than two epochs")
+    stop = _one(ev, end_key)
+    acc = [e["value"]["value"] if isinstance(e["value"], dict) else e["value"]
+           for e in ev if e["key"] == "eval_accuracy"]
     run_s = stop - start
-    eval_median = statistics.median(evals) if evals else 0.0
-    return {"run_s": round(run_s, 3), "epochs": len(nums), "evals": len(acc),
+    eval_median = statistics.median(b - a for a, b in evals) if evals else 0.0
+    return {"run_s": round(run_s, 3), "epochs": count, "evals": len(acc),
             "median_epoch_s": round(statistics.median(epoch[1:]), 4),
             "first_epoch_s": round(epoch[0], 3),
             "eval_s_median": round(eval_median, 4) if evals else None,
-            "run_start_to_first_epoch_s": round(begin[nums[0]] - start, 3),
+            "run_start_to_first_epoch_s": round(first - start, 3),
             "stamps_cover_run": round((sum(epoch) + len(evals) * eval_median) / run_s, 3),
             "final_accuracy": acc[-1] if acc else None}
 

@@ -171,8 +171,9 @@ V40 = "mlcommons/training_results_v4.0"
 # Single-node logs (median over the five runs of each run's median epoch, the first epoch left
 # out, / ceil(1,281,167 / global batch) optimizer steps per epoch).
 # Start-up, first-epoch excess and evaluation from the same logs (mlperf_logs.json, median over
-# the runs used). The v0.5 log gives none: its run_start precedes initialization (32 s to the
-# first epoch against 3 s in v0.6) and it stamps no epoch_stop or per-evaluation times.
+# the runs used). The v0.5 log sets none of the three: its run_start precedes initialization,
+# so its start-up is not that of later rounds, and its first-epoch and evaluation stamps are
+# left with it (one kind of log sets all three).
 DGX1_V05 = SingleNode("v0.5", V05 + " v0.5.0/nvidia/submission/results/dgx1_ngc18.11_mxnet", 8,
                       208, 0.163944)
 DGX1_V06 = SingleNode("v0.6", V06 + " NVIDIA/results/dgx1_ngc19.05_mxnet", 8, 208, 0.148288,
