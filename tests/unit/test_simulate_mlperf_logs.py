@@ -162,10 +162,18 @@ def test_cli_prints_the_entry_and_refuses_bad_input(tmp_path):
     assert json.loads(p.stdout) == ml.read_results(folder, gpus=64)
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "result_0.txt").write_text(":::MLLOG {not json\n")
-    for args, what in [((folder, "--gpus", "0"), "--gpus"), ((str(tmp_path / "nope"), "--gpus",
-                                                             "8"), "nope"),
-                       ((folder, "--gpus", "7"), "--gpus 7"), ((folder,), "--gpus"),
-                       ((str(tmp_path / "bad"), "--gpus", "8"), "not an MLPerf event")]:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "result_0.txt").write_bytes(b"\xff\xfe:::MLLOG\n")
+    (tmp_path / "short").mkdir()
+    (tmp_path / "short" / "result_0.txt").write_text(
+        _mllog([s for s in _stamps() if s[1] != "run_stop"]))
+    bad = [((folder, "--gpus", "0"), "--gpus"), ((folder,), "--gpus"),
+           ((str(tmp_path / "nope"), "--gpus", "8"), "nope"),
+           ((folder, "--gpus", "7"), "--gpus 7"),
+           ((str(tmp_path / "bad"), "--gpus", "8"), "bad/result_0.txt: a line is not an MLPerf"),
+           ((str(tmp_path / "bin"), "--gpus", "8"), "bin/result_0.txt: not a text log"),
+           ((str(tmp_path / "short"), "--gpus", "8"), "short/result_0.txt: the log has 0 run_stop")]
+    for args, what in bad:
         p = _cli(*args)
         assert p.returncode == 2 and p.stdout == "", (args, p.stdout)
         lines = p.stderr.strip().splitlines()

@@ -71,7 +71,7 @@ def test_held_out_cases_are_marked_and_have_their_rounds_single_node_log():
         r = [r for r in validate.rows() if r["case"] == m["case"]][0]
         assert r["held_out"] and r["mlperf_round"] == r["software_round"] == m["mlperf_round"]
     out = validate.table()
-    marked = [line.split("  ")[0] for line in out.splitlines() if line.split("  ")[0].endswith(" *")]
+    marked = [c for c in (line.split("  ")[0] for line in out.splitlines()) if c.endswith(" *")]
     assert marked == [m["case"] + " *" for m in held]
     assert "* held out, recorded after the model's constants and method were fixed: " \
         f"|error| over {len(held)} cases" in out

@@ -11,7 +11,7 @@ ceil(1,281,167 / global batch) optimizer steps; images/s = global batch x steps 
 the score is the mean run time of the middle three of five runs, and the epochs and evaluations
 the model is given are the medians of those three.
 
-    python -m yasgd.simulate.mlperf_logs RESULTS_FOLDER --gpus N
+    python -m yasgd.simulate.mlperf_logs RESULTS_FOLDER --gpus N [--batch B]
 
 prints the folder's entry as JSON (the fields of ``mlperf_logs.json``). MLPerf v0.5's logs
 (``:::MLPv0.5.0`` lines) stamp only each epoch's start (``train_epoch``): see :func:`_epochs`.
@@ -25,8 +25,8 @@ import statistics
 from typing import Dict, List, Optional
 
 from yasgd import UsageError
+from yasgd.simulate.model import IMAGENET_TRAIN
 
-IMAGENET_TRAIN = 1_281_167
 COVER = 0.8
 
 
@@ -125,10 +125,20 @@ def read_results(folder: str, gpus: int, batch: Optional[int] = None) -> Dict:
         raise UsageError(f"{folder}: no result_*.txt")
     runs, batches = [], set()
     for name in files:
-        with open(os.path.join(folder, name)) as f:
-            text = f.read()
-        runs.append({"file": name, **read_run(text)})
-        batches.add(global_batch(text))
+        path = os.path.join(folder, name)
+        try:
+            with open(path) as f:
+                text = f.read()
+        except UnicodeDecodeError as e:
+            raise UsageError(f"{path}: not a text log ({e.reason} at byte {e.start})") from None
+        try:
+            runs.append({"file": name, **read_run(text)})
+            batches.add(global_batch(text))
+        except UsageError as e:
+            raise UsageError(f"{path}: {e}") from None
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise UsageError(f"{path}: a line is not an MLPerf event ({type(e).__name__}: "
+                             f"{e})") from None
     batch = batch or (batches.pop() if len(batches) == 1 and None not in batches else None)
     if not batch:
         raise UsageError(f"{folder}: the logs give no single global_batch_size; pass --batch")
@@ -173,8 +183,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error(f"{e.filename or args.folder}: {e.strerror}")
     except UsageError as e:
         ap.error(str(e))
-    except (ValueError, KeyError, TypeError) as e:
-        ap.error(f"{args.folder}: a log line is not an MLPerf event ({type(e).__name__}: {e})")
     print(json.dumps(out, indent=1))
     return 0
 

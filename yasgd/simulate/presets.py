@@ -304,8 +304,9 @@ PRESETS: Dict[str, Preset] = {
     "dgxh100": Preset(
         title="DGX H100: 8 x H100-SXM5-80GB per node (NVLink 4 + NVSwitch), 8 x NDR400",
         topo=_ll128(8, 450 * GB, 50 * GB, 8),
-        single_node=(DGXH100_V40, DGXH100_V31, DGXH100_V30, DGXH100_V21), hbm_bw=3350 * GB, grouping="equal",
-        num_groups=1, horovod_cycle_s=0.1e-3, fusion_copies=2, shape_h=SHAPE_H_A100,
+        single_node=(DGXH100_V40, DGXH100_V31, DGXH100_V30, DGXH100_V21), hbm_bw=3350 * GB,
+        grouping="equal", num_groups=1, horovod_cycle_s=0.1e-3, fusion_copies=2,
+        shape_h=SHAPE_H_A100,
         sources=(("node", "DGX H100 datasheet: 8 x H100 SXM5, NVLink 900 GB/s both directions, "
                   "8 x ConnectX-7 400 Gb/s (NDR400)"),
                  ("per-GPU line c", "single-node DGX H100 logs: v4.0 eos_ngc24.04 (default), "

@@ -1,16 +1,17 @@
 """``yasgd simulate --validate``: the model against published runs it was not built from.
 
 Cases: the paper and every multi-node MXNet ResNet-50 run of Fujitsu (MLPerf v0.6) and NVIDIA
-(MLPerf v0.6, v2.1, v3.0, v3.1, v4.0) that a preset covers, read from
-``examples/results/mlperf_logs.json`` (``multi_node``) by one rule: images/s = global batch x optimizer steps per epoch / median epoch
-of the runs used; the published time is the MLPerf score, the mean run_start..run_stop of the
-middle three of five runs. The model gets the run's GPUs, batch, epochs and evaluation count
-(convergence decides them, which the model does not model) and the single-node log of the run's
-own MLPerf round (of the run's software generation where that is another round's:
-``SOFTWARE_ROUND``); nothing else of the run. Its time to train counts the steps, the
-evaluations, and the start-up and first-epoch warm-up inside run_start..run_stop as that
-single-node log measures them. The cases marked ``held_out`` were recorded after the model's
-constants and method were fixed; :func:`summary` of them alone is the out-of-sample reading.
+(MLPerf v0.6 to v4.0) that a preset covers, read from ``examples/results/mlperf_logs.json``
+(``multi_node``) by one rule (:mod:`yasgd.simulate.mlperf_logs`): images/s = global batch x
+optimizer steps per epoch / median epoch of the runs used; the published time is the MLPerf
+score, the mean run_start..run_stop of the middle three of five runs. The model gets the run's
+GPUs, batch, epochs and evaluation count (convergence decides them, which the model does not
+model) and the single-node log of the run's own MLPerf round (of the run's software generation
+where that is another round's: ``SOFTWARE_ROUND``); nothing else of the run. Its time to train
+counts the steps, the evaluations, and the start-up and first-epoch warm-up inside
+run_start..run_stop as that single-node log measures them. The cases marked ``held_out`` were
+recorded after the model's constants and method were fixed; :func:`summary` of them alone is the
+out-of-sample reading.
 """
 from __future__ import annotations
 
