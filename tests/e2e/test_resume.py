@@ -1,7 +1,7 @@
 """Operations, end to end with 2 real ranks (mpirun through yasgd.launch):
 checkpoint + exact resume, a rank killed mid-epoch, a kill while a checkpoint
 is written, SIGTERM, a non-finite loss, an unwritable run directory, and the
-MLPerf log against the mlperf-logging compliance checker.
+MLPerf log against the mlperf-logging compliance checker and the scaling model's log reader.
 
 Every run is tiny: Fashion-MNIST cut to 1,024 training and 512 test images
 (IDX files written by a fixture), ResNet-8 of width 8, 2 ranks x 128 = global
@@ -405,6 +405,22 @@ def compliance(log_path, tmp):
     return subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage",
                            "training", "--ruleset", "4.0.0", "--log_output", str(tmp / "cc.log"),
                            log_path], capture_output=True, text=True, timeout=120, cwd=str(tmp))
+
+
+def test_mlperf_log_reads_by_the_scaling_models_rule(straight, tmp_path):
+    # the rule that reads the published MLPerf runs for the scaling model
+    # (yasgd.simulate.mlperf_logs) reads this run's log as the run itself reports it
+    from yasgd.simulate import mlperf_logs
+    with open(os.path.join(straight, "mlperf.log")) as src:
+        (tmp_path / "result_0.txt").write_text(src.read())
+    e = mlperf_logs.read_results(str(tmp_path), gpus=2)
+    end, run = events(straight)[-1], e["runs"][0]
+    assert (e["global_batch"], e["per_gpu_batch"], e["train_samples"]) == (256, 128, 1024)
+    assert e["steps_per_epoch"] == SPE and e["runs_used"] == ["result_0.txt"]
+    assert (run["epochs"], run["evals"]) == (end["epochs"], 1) == (4, 1)
+    assert e["steps_per_epoch"] * run["epochs"] == end["steps"]
+    assert run["final_accuracy"] == pytest.approx(end["test_accuracy"], abs=1e-6)
+    assert run["stamps_cover_run"] >= mlperf_logs.COVER
 
 
 def test_mlperf_log_passes_the_compliance_checker(straight, tmp_path):

@@ -17,11 +17,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _stamps(t0=1000.0, epochs=(9.0, 4.0, 4.2, 3.9, 4.1), evals_after=(1, 3, 5),
-            eval_s=(0.5, 0.9, 0.6), startup=1.5, accs=(0.60, 0.70, 0.76), tail=0.25):
+            eval_s=(0.5, 0.9, 0.6), startup=1.5, accs=(0.60, 0.70, 0.76), tail=0.25,
+            train_samples=None):
     """(seconds, key, value, metadata): run_start, then epochs of the given lengths back to
     back, evaluations of the lengths eval_s after the epochs in evals_after, run_stop tail s
     later."""
     out = [(t0, "run_start", None, {}), (t0, "global_batch_size", 3200, {})]
+    if train_samples:
+        out.append((t0, "train_samples", train_samples, {}))
     t = t0 + startup
     acc, ev = iter(accs), iter(eval_s)
     for n, d in enumerate(epochs, 1):
@@ -122,6 +125,19 @@ def test_a_results_folder_median_score_and_runs_used(tmp_path):
     assert (e["epochs"], e["evals"]) == (5, 3)
 
 
+def test_the_training_set_is_the_logs_where_they_give_it(tmp_path):
+    # MLPerf v0.7 on (and yasgd's own mlperf.log) log train_samples; ImageNet's where absent
+    for i in range(3):
+        (tmp_path / f"result_{i}.txt").write_text(_mllog(_stamps(train_samples=50_000)))
+    e = ml.read_results(str(tmp_path), gpus=8)
+    assert e["train_samples"] == 50_000 and e["steps_per_epoch"] == math.ceil(50_000 / 3200)
+    assert e["images_per_s"] == pytest.approx(3200 * 16 / 4.05, abs=0.1)
+    assert "score_s" not in e                               # a score needs five runs
+    (tmp_path / "result_3.txt").write_text(_mllog(_stamps(train_samples=60_000)))
+    with pytest.raises(UsageError, match=r"different train_samples: \[50000, 60000\]"):
+        ml.read_results(str(tmp_path), gpus=8)
+
+
 def test_the_recorded_entries_follow_the_readers_rule():
     # the runs used and the iteration, from each recorded entry's own runs (single-node entries
     # too; test_simulate_validate checks the multi-node scores)
@@ -130,7 +146,8 @@ def test_the_recorded_entries_follow_the_readers_rule():
     for e in rec["single_node"] + rec["multi_node"]:
         used = [r["file"] for r in e["runs"] if r["stamps_cover_run"] >= ml.COVER]
         assert e["runs_used"] == used
-        steps = math.ceil(ml.IMAGENET_TRAIN / e["global_batch"])
+        assert e["train_samples"] == ml.IMAGENET_TRAIN
+        steps = math.ceil(e["train_samples"] / e["global_batch"])
         assert e["iteration_s"] == pytest.approx(e["median_epoch_s"] / steps, abs=1e-6)
         assert e["median_epoch_s"] == pytest.approx(statistics.median(
             r["median_epoch_s"] for r in e["runs"] if r["file"] in used), abs=1e-9)

@@ -7,7 +7,8 @@ median epoch leaves the first out; evaluations are ``eval_start``..``eval_stop``
 cover the run by (the epochs + the evaluations x their median) / ``run_start``..``run_stop``.
 Per results folder: the runs used are those whose stamps cover at least four fifths of the run;
 the median epoch is the median over them of each run's median epoch; iteration = median epoch /
-ceil(1,281,167 / global batch) optimizer steps; images/s = global batch x steps / median epoch;
+ceil(train_samples / global batch) optimizer steps (the log's ``train_samples``, ImageNet's
+1,281,167 where it logs none); images/s = global batch x steps / median epoch;
 the score is the mean run time of the middle three of five runs, and the epochs and evaluations
 the model is given are the medians of those three.
 
@@ -111,9 +112,9 @@ def read_run(text: str) -> Dict:
             "final_accuracy": acc[-1] if acc else None}
 
 
-def global_batch(text: str) -> Optional[int]:
-    """The log's ``global_batch_size``, if it logs one."""
-    vals = [e["value"] for e in events(text) if e["key"] == "global_batch_size"]
+def logged(text: str, key: str) -> Optional[int]:
+    """The log's first value of ``key`` (``global_batch_size``, ``train_samples``), if any."""
+    vals = [e["value"] for e in events(text) if e["key"] == key]
     return int(vals[0]) if vals else None
 
 
@@ -123,7 +124,7 @@ def read_results(folder: str, gpus: int, batch: Optional[int] = None) -> Dict:
     files = sorted(f for f in os.listdir(folder) if f.startswith("result_") and f.endswith(".txt"))
     if not files:
         raise UsageError(f"{folder}: no result_*.txt")
-    runs, batches = [], set()
+    runs, batches, samples = [], set(), set()
     for name in files:
         path = os.path.join(folder, name)
         try:
@@ -133,7 +134,8 @@ def read_results(folder: str, gpus: int, batch: Optional[int] = None) -> Dict:
             raise UsageError(f"{path}: not a text log ({e.reason} at byte {e.start})") from None
         try:
             runs.append({"file": name, **read_run(text)})
-            batches.add(global_batch(text))
+            batches.add(logged(text, "global_batch_size"))
+            samples.add(logged(text, "train_samples"))
         except UsageError as e:
             raise UsageError(f"{path}: {e}") from None
         except (ValueError, KeyError, TypeError, IndexError) as e:
@@ -144,12 +146,18 @@ def read_results(folder: str, gpus: int, batch: Optional[int] = None) -> Dict:
         raise UsageError(f"{folder}: the logs give no single global_batch_size; pass --batch")
     if batch % gpus:
         raise UsageError(f"global batch {batch} is not a multiple of --gpus {gpus}")
-    steps = math.ceil(IMAGENET_TRAIN / batch)
+    # the training set: as the logs give it (MLPerf v0.7 on), ImageNet's where they give none
+    samples.discard(None)
+    if len(samples) > 1:
+        raise UsageError(f"{folder}: the logs give different train_samples: {sorted(samples)}")
+    train = samples.pop() if samples else IMAGENET_TRAIN
+    steps = math.ceil(train / batch)
     used = [r for r in runs if r["stamps_cover_run"] >= COVER]
     if not used:
         raise UsageError(f"{folder}: no run's stamps cover four fifths of it")
     median_epoch = statistics.median(r["median_epoch_s"] for r in used)
-    out = {"files": files, "gpus": gpus, "global_batch": batch, "per_gpu_batch": batch // gpus,
+    out = {"files": files, "gpus": gpus, "global_batch": batch, "train_samples": train,
+           "per_gpu_batch": batch // gpus,
            "steps_per_epoch": steps, "runs": runs, "runs_used": [r["file"] for r in used],
            "median_epoch_s": median_epoch, "iteration_s": round(median_epoch / steps, 6),
            "images_per_s": round(batch * steps / median_epoch, 1)}
