@@ -65,10 +65,11 @@ def test_held_out_cases_are_marked_and_have_their_rounds_single_node_log():
         "NVIDIA DGX A100 x 8, v2.0", "NVIDIA DGX A100 x 128, v2.0"}
     assert "held_out" in logs["rule"]
     from yasgd.simulate import presets
+    rows = {r["case"]: r for r in validate.rows()}
     for m in held:
         s = presets.single_node(presets.get_preset(m["preset"]), m["mlperf_round"])
         assert s.source.startswith(m["repository"] + " ")
-        r = [r for r in validate.rows() if r["case"] == m["case"]][0]
+        r = rows[m["case"]]
         assert r["held_out"] and r["mlperf_round"] == r["software_round"] == m["mlperf_round"]
     out = validate.table()
     marked = [c for c in (line.split("  ")[0] for line in out.splitlines()) if c.endswith(" *")]

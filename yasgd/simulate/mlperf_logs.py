@@ -91,7 +91,11 @@ def _epochs(ev: List[Dict], evals: List[tuple]):
 
 def read_run(text: str) -> Dict:
     """One run's figures (the ``runs`` entries of mlperf_logs.json, less ``file``)."""
-    ev = events(text)
+    return _run(events(text))
+
+
+def _run(ev: List[Dict]) -> Dict:
+    """:func:`read_run` of a log's parsed events."""
     start = _one(ev, "run_start")
     evals = list(zip([e["time_s"] for e in ev if e["key"] == "eval_start"],
                      [e["time_s"] for e in ev if e["key"] == "eval_stop"]))
@@ -112,9 +116,9 @@ def read_run(text: str) -> Dict:
             "final_accuracy": acc[-1] if acc else None}
 
 
-def logged(text: str, key: str) -> Optional[int]:
+def _logged(ev: List[Dict], key: str) -> Optional[int]:
     """The log's first value of ``key`` (``global_batch_size``, ``train_samples``), if any."""
-    vals = [e["value"] for e in events(text) if e["key"] == key]
+    vals = [e["value"] for e in ev if e["key"] == key]
     return int(vals[0]) if vals else None
 
 
@@ -133,9 +137,10 @@ def read_results(folder: str, gpus: int, batch: Optional[int] = None) -> Dict:
         except UnicodeDecodeError as e:
             raise UsageError(f"{path}: not a text log ({e.reason} at byte {e.start})") from None
         try:
-            runs.append({"file": name, **read_run(text)})
-            batches.add(logged(text, "global_batch_size"))
-            samples.add(logged(text, "train_samples"))
+            ev = events(text)
+            runs.append({"file": name, **_run(ev)})
+            batches.add(_logged(ev, "global_batch_size"))
+            samples.add(_logged(ev, "train_samples"))
         except UsageError as e:
             raise UsageError(f"{path}: {e}") from None
         except (ValueError, KeyError, TypeError, IndexError) as e:
