@@ -103,10 +103,31 @@ def test_ablation_quick_resumes_after_sigterm_and_shares_runs_with_largebatch(tm
     lb = _bench("largebatch", out, "--arms", "baseline,lars-1k,sgd-1k")
     assert lb.returncode == 0, lb.stdout[-3000:] + lb.stderr[-3000:]
     started = [ln for ln in lb.stdout.splitlines() if " started] " in ln]
-    assert started and all(" sgd-1k " in ln for ln in started), lb.stdout
+    # the shared arms' runs are read from the cache; largebatch trains SGD's and, for its
+    # three compared arms, the fresh seed (2) at the chosen LR
+    assert started and all(" sgd-1k " in ln or " seed 2: " in ln for ln in started), lb.stdout
+    fresh = sorted(ln.split("] ")[1].split(" lr ")[0] for ln in started if " seed 2: " in ln)
+    assert fresh == ["baseline", "lars-1k", "sgd-1k"], lb.stdout
     assert len(list(cache.glob("*.json"))) == n_before + len(started)
     d2 = json.load(open(out / "bench_largebatch.json"))
     assert {a["arm"] for a in d2["setup"]["arms"]} == {"baseline", "lars-1k", "sgd-1k"}
+    by2 = {a["arm"]: a for a in d2["setup"]["arms"]}
+    assert by2["baseline"]["seeds"] == [0, 1] and by2["baseline"]["fresh_seeds"] == [2]
+    assert by2["lars-1k"]["test_top1_by_seed"] == by["lars-1k"]["test_top1_by_seed"]
+    # the check on the fresh seed: three arms and the two comparisons at 1K, all judged
+    fr = d2["fresh"]
+    assert [c["comparison"] for c in fr["comparisons"]] == ["recipe - baseline at 1K",
+                                                            "recipe - SGD at 1K"]
+    assert fr["checks"] == 5 and not fr["pending"]
+    for a in fr["arms"]:
+        want = 100 * (by2[a["arm"]]["fresh_test_top1_by_seed"][0] - a["mean"])
+        assert a["shift_pts"] == pytest.approx(want, abs=1e-9)
+        assert a["allowed_pts"] == pytest.approx(by2[a["arm"]]["spread_pts"], abs=1e-9)
+    line = d2["acceptance"][-1]
+    assert line["criterion"].startswith("the headline on fresh seeds")
+    assert (line["value"], line["threshold"], line["met"]) == (fr["passed"], 5,
+                                                               fr["passed"] == 5)
+    assert "The compared arms on fresh seeds" in (out / "bench_largebatch.md").read_text()
 
 
 def test_a_bench_whose_code_changes_while_it_runs_stops_with_one_line(tmp_path):

@@ -15,6 +15,8 @@ Every arm, the baseline included, searches its LR the same way on a validation s
 (yasgd.bench.study: a grid of at least 3 points, extended until its best is strictly
 inside); the baseline and both optimizers at 8K and 16K then train 3 seeds at the chosen
 LR, and the acceptance lines are judged on the means over seeds, with the spread shown.
+Those five arms then train 3 fresh seeds at the same LR, which no choice reads: a check of
+the table out of sample (:func:`fresh_check`), a line of its own.
 Every run is a real training run of the real code (``yasgd.config.load(None, overrides)``
 -> ``yasgd.train.build`` -> ``yasgd.train.fit``, yasgd.bench.study_worker), one process
 per run, ``--jobs`` side by side; batches above 512 are accumulated from micro-batches of
@@ -86,6 +88,91 @@ def headline_table(summaries, rows, scale) -> str:
                             "recipe - baseline (pts)", "recipe - SGD (pts)"], lines, "rrrrrrr")
 
 
+FRESH_INTRO = ("The compared arms on fresh seeds, at the LR each chose (test top-1): no choice "
+               "read these runs, while seed 0's run also chose the LR, so they check the "
+               "table's figures out of sample:")
+
+
+def _diff(a: Optional[dict], b: Optional[dict], key: str) -> Optional[float]:
+    x, y = (a or {}).get(key), (b or {}).get(key)
+    return None if x is None or y is None else 100 * (x - y)
+
+
+def fresh_check(summaries: Sequence[Dict[str, object]], scale) -> Dict[str, object]:
+    """The headline on the compared arms' fresh seeds (seeds no choice read), by the rule
+    fixed before their runs: each arm's fresh mean lies within the larger of its two
+    spreads (its seeds', its fresh seeds') of its mean, and each comparison keeps its sign.
+    Pending (None) while any fresh run is still to train."""
+    by = {s["arm"]: s for s in summaries if s.get("fresh_seeds_planned")}
+    arms = []
+    for s in by.values():
+        m, fm = s["mean_test_top1"], s["fresh_mean_test_top1"]
+        shift = None if m is None or fm is None else 100 * (fm - m)
+        # the larger of the two spreads (one fresh seed, as in --quick, has none of its own)
+        spreads = [x for x in (s["spread_pts"], s["fresh_spread_pts"]) if x is not None]
+        allowed = max(spreads) if spreads and shift is not None else None
+        arms.append({"arm": s["arm"], "label": s["label"], "batch": s["batch"],
+                     "lr": s["best_lr"], "seeds": s["seeds"], "fresh_seeds": s["fresh_seeds"],
+                     "mean": s["mean_test_top1"], "spread_pts": s["spread_pts"],
+                     "fresh_test_top1_by_seed": s["fresh_test_top1_by_seed"],
+                     "fresh_mean": s["fresh_mean_test_top1"],
+                     "fresh_spread_pts": s["fresh_spread_pts"], "shift_pts": shift,
+                     "allowed_pts": allowed,
+                     "holds": None if shift is None or allowed is None else abs(shift) <= allowed})
+    at = {(s["optimizer"], s["batch"]): s for s in by.values() if s["arm"] != "baseline"}
+    pairs = [(f"recipe - baseline at {_batch_label(scale.big)}", at.get(("lars", scale.big)),
+              by.get("baseline"))]
+    pairs += [(f"recipe - SGD at {_batch_label(b)}", at.get(("lars", b)), at.get(("sgd", b)))
+              for b in (scale.big, scale.huge)]
+    comps = []
+    for name, a, b in pairs:
+        if a is None or b is None:
+            continue
+        rec, fresh = _diff(a, b, "mean_test_top1"), _diff(a, b, "fresh_mean_test_top1")
+        comps.append({"comparison": name, "pts": rec, "fresh_pts": fresh,
+                      "fresh_larger_spread_pts": sr.larger_spread(a, b, key="fresh_spread_pts"),
+                      "holds": None if rec is None or fresh is None else rec * fresh > 0})
+    checks = [x["holds"] for x in arms + comps]
+    return {"arms": arms, "comparisons": comps, "passed": sum(1 for c in checks if c),
+            "checks": len(checks), "pending": None in checks}
+
+
+def fresh_line(fresh: Dict[str, object]) -> Dict[str, object]:
+    line = common.acceptance("the headline on fresh seeds (no choice read them; the rule fixed "
+                             "before their runs): each compared arm's fresh mean within the "
+                             "larger of its two seed spreads of its mean, and each comparison's "
+                             "sign unchanged", fresh["passed"], fresh["checks"], unit=" checks",
+                             count=True)
+    if fresh["pending"] or not fresh["checks"]:
+        line["met"] = None
+    return line
+
+
+def _seeds(xs: Sequence[int]) -> str:
+    return ", ".join(str(x) for x in xs)
+
+
+def _holds(x: Optional[bool]) -> str:
+    return {True: "yes", False: "**no**", None: "pending"}[x]
+
+
+def fresh_tables(fresh: Dict[str, object]) -> str:
+    rows = [[a["label"], "" if a["lr"] is None else f"{a['lr']:g}", _seeds(a["seeds"]),
+             _cell(a["mean"], a["spread_pts"], None), _seeds(a["fresh_seeds"]),
+             ", ".join(sr.pct(t) for t in a["fresh_test_top1_by_seed"]),
+             _cell(a["fresh_mean"], a["fresh_spread_pts"], None), sr.pts(a["shift_pts"]),
+             sr.spread(a["allowed_pts"]), _holds(a["holds"])] for a in fresh["arms"]]
+    t1 = common.md_table(["arm", "LR", "seeds", "test top-1 % (mean ± spread/2)",
+                          "fresh seeds", "test top-1 % by fresh seed",
+                          "fresh: mean ± spread/2", "fresh - mean (pts)",
+                          "larger spread (pts)", "within"], rows, "lrrrrrrrrl")
+    t2 = common.md_table(["comparison", "seeds of the table (pts)", "fresh seeds (pts)",
+                          "same sign"],
+                         [[c["comparison"], sr.pts(c["pts"]), sr.pts(c["fresh_pts"]),
+                           _holds(c["holds"])] for c in fresh["comparisons"]], "lrrl")
+    return t1 + "\n\n" + t2
+
+
 def acceptance(summaries, rows, scale) -> List[Dict[str, object]]:
     at = {r["batch"]: r for r in rows}
     big = at.get(scale.big, {})
@@ -108,6 +195,8 @@ def acceptance(summaries, rows, scale) -> List[Dict[str, object]]:
                                  f"least 3 points below the baseline (baseline - SGD)",
                                  None if not bm or sgd_huge is None else 100 * (bm - sgd_huge),
                                  3.0, unit=" pts"))
+    if any(s.get("fresh_seeds_planned") for s in summaries):
+        acc.append(fresh_line(fresh_check(summaries, scale)))
     return acc
 
 
@@ -123,8 +212,11 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
     code = study.code(searches)
     acc = acceptance(summaries, rows, scale)
     t1 = headline_table(summaries, rows, scale)
+    fresh = fresh_check(summaries, scale)
     table = (t1 + "\n\nEvery arm's LR search (validation top-1, seed 0) and seeds (test "
              "top-1):\n\n" + sr.search_table(summaries))
+    if fresh["checks"]:
+        table += "\n\n" + FRESH_INTRO + "\n\n" + fresh_tables(fresh)
     notes = [sr.method_note(scale),
              f"Scale: {scale.model} of width {scale.width} (strided stem) on {scale.limit:,} "
              f"training images (every batch size sees every one each epoch), no data "
@@ -153,7 +245,7 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
                "compute": comp, "code": code, "wall_s": round(wall, 1),
                "jobs": jobs},
         quick=quick, hw=table_hardware(records, jobs), acceptance_lines=acc, plots=plots,
-        extra={"seeds": sr.seeds_of(summaries), "partial": partial})
+        extra={"seeds": sr.seeds_of(summaries), "fresh": fresh, "partial": partial})
     if not progress:
         common.say(t1)
         common.say(common.acceptance_table(acc))

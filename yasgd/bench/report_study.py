@@ -67,8 +67,11 @@ def largebatch_results(rec: Records) -> str:
         "Each optimizer at its chosen LR (test top-1, mean over seeds ± half the spread; "
         f"{d['setup']['scale']['epochs']} epochs every run):", "", t1, "",
         "Every arm's LR search (validation top-1 of seed 0 at each grid point; the chosen "
-        "point in bold) and its seeds (test top-1):", "", sr.search_table(arms), "",
-        common.acceptance_table(d["acceptance"]), ""] + _notes(d["notes"], skip=("Code version",))
+        "point in bold) and its seeds (test top-1):", "", sr.search_table(arms), ""]
+        + ([lb.FRESH_INTRO, "", lb.fresh_tables(d["fresh"]), ""]
+           if (d.get("fresh") or {}).get("checks") else [])
+        + [common.acceptance_table(d["acceptance"]), ""]
+        + _notes(d["notes"], skip=("Code version",))
         + [""] + _code_line(d, rec) + _plan_line(d, study_plan.headline_arms)
         + ["", _hardware(d["hardware"]), ""] + plots)
 
@@ -93,7 +96,32 @@ def largebatch_reading(rec: Records) -> str:
                    f"from the batch-256 baseline's and {_pt(margin)} from SGD's, {verdict} the "
                    f"larger spread of the two arms' seeds ({_pt(spread).lstrip('+')} points).")
     out.append("A difference smaller than the spread between seeds is not read as a result.")
-    return " ".join(out)
+    return " ".join(out + _fresh_reading(d.get("fresh") or {}))
+
+
+def _fresh_reading(f: dict) -> List[str]:
+    """What the fresh seeds say of the table, in the terms of the rule they were judged by."""
+    if not f.get("checks"):
+        return []
+    if f.get("pending"):
+        return ["The check on fresh seeds is not complete yet."]
+    seeds = sorted({x for a in f["arms"] for x in a["fresh_seeds"]})
+    out = [f"On fresh seeds ({', '.join(map(str, seeds))}: no choice read them), "
+           f"{f['passed']} of the {f['checks']} checks hold."]
+    moved = [f"{a['label']} ({_pt(a['shift_pts'])} against a larger spread of "
+             f"{sr.spread(a['allowed_pts'])})" for a in f["arms"] if not a["holds"]]
+    if moved:
+        out.append("Beyond its seeds' spread, the mean of " + "; ".join(moved) + ".")
+    flipped = [f"{c['comparison']} ({_pt(c['pts'])}, fresh {_pt(c['fresh_pts'])})"
+               for c in f["comparisons"] if not c["holds"]]
+    if flipped:
+        out.append("Sign changed: " + "; ".join(flipped) + ".")
+    out.append("On the fresh seeds, each difference beside the larger spread of its two arms' "
+               "fresh seeds: " + "; ".join(
+                   f"{c['comparison']} {_pt(c['fresh_pts'])} "
+                   f"({sr.spread(c.get('fresh_larger_spread_pts'))})"
+                   for c in f["comparisons"]) + ".")
+    return out
 
 
 def ablation_results(rec: Records) -> str:

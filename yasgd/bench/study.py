@@ -9,7 +9,10 @@ from a geometric grid. The search, the same for every arm:
 2. pick the point with the best *validation* top-1 (the held-out training images; a
    diverged run counts as 0); if it is the grid's lowest or highest point, add the next
    point beyond it (factor / 2 or x 2) and go back to 2, at most :data:`MAX_GRID` points;
-3. train seeds 1 .. seeds-1 at the chosen point.
+3. train seeds 1 .. seeds-1 at the chosen point;
+4. where the arm asks for them, train ``fresh_seeds`` more seeds at the chosen point
+   (seeds ``seeds`` .. ``seeds + fresh_seeds - 1``): no choice reads them, so they check
+   the arm's figure out of sample (seed 0's run also chose the LR).
 
 The test set is read once per run, after training, and only the final tables use it: the
 arm's figure is the mean over its seeds of the test top-1 at the chosen LR, its spread
@@ -39,6 +42,7 @@ class Arm:
     overrides: Tuple[str, ...] = ()   # on top of the scale's and the optimizer's settings
     seeds: int = 3
     group: str = ""                   # the table row group it belongs to
+    fresh_seeds: int = 0              # seeds after ``seeds`` at the chosen LR (step 4)
 
     def lr(self, factor: float) -> float:
         if self.optimizer == "lars":
@@ -100,6 +104,13 @@ class Search:
         return [self.results[(self.best, s)] for s in range(SEED_BASE, SEED_BASE + self.arm.seeds)
                 if (self.best, s) in self.results]
 
+    def fresh_results(self) -> List[Dict[str, object]]:
+        if self.best is None:
+            return []
+        first = SEED_BASE + self.arm.seeds
+        return [self.results[(self.best, s)] for s in range(first, first + self.arm.fresh_seeds)
+                if (self.best, s) in self.results]
+
     def summary(self) -> Dict[str, object]:
         runs = self.seed_results()
         tests = [r.get("test_top1") for r in runs]
@@ -125,7 +136,20 @@ class Search:
             "spread_pts": _spread_pts(tests),
             "val_spread_pts": _spread_pts(vals),
             "complete": self.done,
-        }
+        } | (self._fresh_summary() if self.arm.fresh_seeds else {})
+
+    def _fresh_summary(self) -> Dict[str, object]:
+        """The fresh seeds' runs so far; their mean and spread once all of them ran (a check
+        is judged on the seeds it planned, never on the first of them)."""
+        runs = self.fresh_results()
+        tests = [r.get("test_top1") for r in runs]
+        first = SEED_BASE + self.arm.seeds
+        every = len(runs) == self.arm.fresh_seeds
+        return {"fresh_seeds": list(range(first, first + len(runs))),
+                "fresh_seeds_planned": self.arm.fresh_seeds,
+                "fresh_test_top1_by_seed": tests,
+                "fresh_mean_test_top1": _mean_of_every(tests) if every else None,
+                "fresh_spread_pts": _spread_pts(tests) if every else None}
 
 
 def _spread_pts(xs: List[Optional[float]]) -> Optional[float]:
@@ -166,7 +190,7 @@ def search(arm: Arm, lookup: Callable[[Arm, float, int], Optional[Dict[str, obje
             continue
         best = grid[i]
         need = []
-        for s in range(SEED_BASE + 1, SEED_BASE + arm.seeds):
+        for s in range(SEED_BASE + 1, SEED_BASE + arm.seeds + arm.fresh_seeds):
             r = lookup(arm, best, s)
             if r is None:
                 need.append((best, s))
@@ -182,5 +206,5 @@ def runs_left(searches: Sequence[Search]) -> int:
     for s in searches:
         n += len(s.needed)
         if s.best is None:
-            n += s.arm.seeds - 1
+            n += s.arm.seeds - 1 + s.arm.fresh_seeds
     return n

@@ -31,7 +31,7 @@ def pts(x: Optional[float]) -> str:
 def larger_spread(*summaries: Optional[Dict[str, object]],
                   key: str = "spread_pts") -> Optional[float]:
     """The larger of the given arms' spreads (points; on the test top-1 unless ``key`` says
-    ``val_spread_pts``); None while any has none."""
+    ``val_spread_pts`` or ``fresh_spread_pts``); None while any has none."""
     vals = [s.get(key) for s in summaries if s is not None]
     return None if not vals or None in vals else max(vals)
 
