@@ -112,6 +112,8 @@ def test_fresh_check_applies_the_rule_fixed_before_the_runs():
         c = comps[name]
         assert (c["pts"], c["fresh_pts"]) == (pytest.approx(rec), pytest.approx(fresh)), name
         assert c["holds"] is holds, name
+    assert [(c["batch"], c["against"]) for c in f["comparisons"]] == [
+        (8192, "baseline"), (8192, "sgd"), (16384, "sgd")]
     # the larger of the two arms' fresh spreads: 0.4 (recipe 8K), 2.0 (SGD 8K), 0 at 16K
     assert [c["fresh_larger_spread_pts"] for c in f["comparisons"]] == [
         pytest.approx(0.4), pytest.approx(2.0), pytest.approx(0.0, abs=1e-9)]

@@ -120,16 +120,15 @@ def fresh_check(summaries: Sequence[Dict[str, object]], scale) -> Dict[str, obje
                      "allowed_pts": allowed,
                      "holds": None if shift is None or allowed is None else abs(shift) <= allowed})
     at = {(s["optimizer"], s["batch"]): s for s in by.values() if s["arm"] != "baseline"}
-    pairs = [(f"recipe - baseline at {_batch_label(scale.big)}", at.get(("lars", scale.big)),
-              by.get("baseline"))]
-    pairs += [(f"recipe - SGD at {_batch_label(b)}", at.get(("lars", b)), at.get(("sgd", b)))
-              for b in (scale.big, scale.huge)]
+    pairs = [(scale.big, "baseline", at.get(("lars", scale.big)), by.get("baseline"))]
+    pairs += [(b, "SGD", at.get(("lars", b)), at.get(("sgd", b))) for b in (scale.big, scale.huge)]
     comps = []
-    for name, a, b in pairs:
+    for batch, against, a, b in pairs:
         if a is None or b is None:
             continue
         rec, fresh = _diff(a, b, "mean_test_top1"), _diff(a, b, "fresh_mean_test_top1")
-        comps.append({"comparison": name, "pts": rec, "fresh_pts": fresh,
+        comps.append({"comparison": f"recipe - {against} at {_batch_label(batch)}",
+                      "batch": batch, "against": against.lower(), "pts": rec, "fresh_pts": fresh,
                       "fresh_larger_spread_pts": sr.larger_spread(a, b, key="fresh_spread_pts"),
                       "holds": None if rec is None or fresh is None else rec * fresh > 0})
     checks = [x["holds"] for x in arms + comps]

@@ -25,9 +25,14 @@ def headline_results(rec: Records) -> str:
     s = {x["batch"]: x for x in lb["setup"]["summary"]}
     big, huge = lb["setup"]["scale"]["big"], lb["setup"]["scale"]["huge"]
 
+    fresh = {(c["batch"], c["against"]): c.get("fresh_pts")
+             for c in (lb.get("fresh") or {}).get("comparisons", [])}
+
     def pts(b: int, k: str) -> str:
         v = s.get(b, {}).get(k)
-        return "pending" if v is None else f"{v:+.2f} pts"
+        f = fresh.get((b, "baseline" if k == "recipe_minus_baseline_pts" else "sgd"))
+        return ("pending" if v is None else f"{v:+.2f} pts"
+                + ("" if f is None else f" ({f:+.2f})"))
     _, info = make_train_info(rec)
     import yasgd.simulate as sim
     paper = rec.json("paper.json")["yasgd"]
@@ -40,10 +45,10 @@ def headline_results(rec: Records) -> str:
         ["the same, 2 ranks (median of paired rounds)", _acc(tp, 1)],
         ["RecordIO loader vs Gluon's `ImageFolderDataset`",
          f"{dat['yasgd_vs_gluon_folder']:.2f}x"],
-        [f"large batch in miniature, {big // 1024}K: recipe minus batch-256 baseline (means "
-         f"over seeds)", pts(big, "recipe_minus_baseline_pts")],
-        [f"large batch in miniature, {huge // 1024}K: recipe minus best SGD (means over seeds)",
-         pts(huge, "recipe_minus_sgd_pts")],
+        [f"large batch in miniature, {big // 1024}K: recipe minus baseline, 3 seeds (3 fresh "
+         f"seeds)", pts(big, "recipe_minus_baseline_pts")],
+        [f"large batch in miniature, {huge // 1024}K: recipe minus SGD, 3 seeds (3 fresh "
+         f"seeds)", pts(huge, "recipe_minus_sgd_pts")],
     ]
     if info.get("acc_pct"):
         rows.append(["`make train` demo (Fashion-MNIST, ResNet-8, batch 4,096): test top-1",
