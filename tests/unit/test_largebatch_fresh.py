@@ -170,3 +170,31 @@ def test_the_headline_plans_fresh_seeds_for_its_compared_arms_only():
         s.pop("fresh_seeds_planned")
     assert not any("fresh" in a["criterion"]
                    for a in lb.acceptance(sums, lb.summary_rows(sums), plan.FULL))
+
+
+def test_the_ablation_page_gives_the_recipes_spread_on_the_fresh_seeds():
+    """The ablation's recipe arm is the headline's recipe at 8K: the page names its spread on
+    the fresh seeds and the differences judged beyond the spread that lie within it."""
+    from yasgd.bench import report_study
+    ab = {"setup": {"arms": [{"arm": "baseline", "group": "baseline"},
+                             {"arm": "lars-8k", "group": "recipe", "mean_test_top1": 0.9068,
+                              "spread_pts": 0.07}]},
+          "effects": [{"technique": "no label smoothing", "arm_minus_recipe_pts": -0.73,
+                       "beyond_spread": True},
+                      {"technique": "momentum 0.96", "arm_minus_recipe_pts": -2.63,
+                       "beyond_spread": True},
+                      {"technique": "no warm-up", "arm_minus_recipe_pts": -0.38,
+                       "beyond_spread": False}]}
+    lbd = {"fresh": {"arms": [{"arm": "lars-8k", "label": "yasgd recipe at 8K",
+                               "mean": 0.9068, "fresh_seeds": [3, 4, 5],
+                               "fresh_spread_pts": 1.5}]}}
+    assert report_study._recipe_fresh(ab, lbd) == ["", (
+        "The recipe's arm is the large-batch table's yasgd recipe at 8K (the same runs). On "
+        "that table's fresh seeds (3, 4, 5) its spread is 1.50 points, against 0.07 here. "
+        "Judged beyond the spread here, but within the recipe's spread on those seeds: no "
+        "label smoothing (-0.73).")]
+    # other runs (a different mean), no fresh record, or fresh seeds still to run: no line
+    other = {"fresh": {"arms": [dict(lbd["fresh"]["arms"][0], mean=0.9)]}}
+    pending = {"fresh": {"arms": [dict(lbd["fresh"]["arms"][0], fresh_spread_pts=None)]}}
+    for lb_json in (other, {}, pending):
+        assert report_study._recipe_fresh(ab, lb_json) == []

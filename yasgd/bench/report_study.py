@@ -135,5 +135,28 @@ def ablation_results(rec: Records) -> str:
         "Every arm's LR search (validation top-1 of seed 0; the chosen point in bold) and its "
         "seeds (test top-1):", "", sr.search_table(arms), "",
         common.acceptance_table(d["acceptance"]), ""] + _notes(d["notes"], skip=("Code version",))
+        + _recipe_fresh(d, rec.bench("largebatch"))
         + [""] + _code_line(d, rec) + _plan_line(d, study_plan.ablation_arms)
         + ["", _hardware(d["hardware"]), ""] + plots)
+
+
+def _recipe_fresh(d: dict, lb: dict) -> List[str]:
+    """The ablation's recipe arm is the large-batch table's recipe at 8K (the same runs): its
+    spread on that table's fresh seeds, and the differences judged beyond the spread here
+    that lie within it (each rests on the recipe's own seeds being as close as they were)."""
+    recipe = next((a for a in d["setup"]["arms"] if a.get("group") == "recipe"), None)
+    fresh = {a["arm"]: a for a in (lb.get("fresh") or {}).get("arms", [])}
+    f = fresh.get(recipe["arm"]) if recipe else None
+    if f is None or f.get("fresh_spread_pts") is None or f["mean"] != recipe["mean_test_top1"]:
+        return []
+    wide = f["fresh_spread_pts"]
+    seeds = ", ".join(map(str, f["fresh_seeds"]))
+    line = (f"The recipe's arm is the large-batch table's {f['label']} (the same runs). On "
+            f"that table's fresh seeds ({seeds}) its spread is {sr.spread(wide)} points, "
+            f"against {sr.spread(recipe['spread_pts'])} here.")
+    inside = [f"{e['technique']} ({sr.pts(e['arm_minus_recipe_pts'])})" for e in d["effects"]
+              if e.get("beyond_spread") and abs(e["arm_minus_recipe_pts"]) <= wide]
+    if inside:
+        line += (" Judged beyond the spread here, but within the recipe's spread on those "
+                 "seeds: " + "; ".join(inside) + ".")
+    return ["", line]
