@@ -1,5 +1,6 @@
 """The plots of ``yasgd bench largebatch`` (matplotlib, Agg backend): mean test accuracy
-against batch size for both optimizers (error bars: the seeds' min and max), and
+against batch size for both optimizers (error bars: the seeds' min and max; hollow
+diamonds: the compared arms' means on their fresh seeds), and
 validation accuracy per epoch at 8K for every grid point.
 """
 from __future__ import annotations
@@ -39,6 +40,13 @@ def plot_accuracy(summaries: Sequence[Dict[str, object]], rows, out_dir: str, qu
         for x, y in zip(xs, ys):
             ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(4, 5),
                         fontsize=7, color=COLORS[opt])
+    # the fresh seeds' means (no choice read those runs), beside each arm's own point
+    fresh = [s for s in summaries if s.get("fresh_mean_test_top1") is not None]
+    for i, s in enumerate(fresh):
+        opt = "baseline" if s["arm"] == "baseline" else s["optimizer"]
+        ax.plot([s["batch"] * 1.08], [100 * s["fresh_mean_test_top1"]], marker="D",
+                markerfacecolor="none", color=COLORS[opt], linestyle="none",
+                label=None if i else "the same arm on its fresh seeds (mean)")
     ticks = sorted({BASELINE_BATCH} | {s["batch"] for s in summaries})
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks)
