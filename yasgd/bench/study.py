@@ -98,18 +98,21 @@ class Search:
     def done(self) -> bool:
         return not self.needed
 
-    def seed_results(self) -> List[Dict[str, object]]:
+    def _at_best(self, seeds: range) -> List[Dict[str, object]]:
+        """The results of ``seeds`` at the chosen point that have run, in seed order."""
         if self.best is None:
             return []
-        return [self.results[(self.best, s)] for s in range(SEED_BASE, SEED_BASE + self.arm.seeds)
-                if (self.best, s) in self.results]
+        return [self.results[(self.best, s)] for s in seeds if (self.best, s) in self.results]
+
+    def _fresh_range(self) -> range:
+        first = SEED_BASE + self.arm.seeds
+        return range(first, first + self.arm.fresh_seeds)
+
+    def seed_results(self) -> List[Dict[str, object]]:
+        return self._at_best(range(SEED_BASE, SEED_BASE + self.arm.seeds))
 
     def fresh_results(self) -> List[Dict[str, object]]:
-        if self.best is None:
-            return []
-        first = SEED_BASE + self.arm.seeds
-        return [self.results[(self.best, s)] for s in range(first, first + self.arm.fresh_seeds)
-                if (self.best, s) in self.results]
+        return self._at_best(self._fresh_range())
 
     def summary(self) -> Dict[str, object]:
         runs = self.seed_results()
@@ -143,9 +146,8 @@ class Search:
         is judged on the seeds it planned, never on the first of them)."""
         runs = self.fresh_results()
         tests = [r.get("test_top1") for r in runs]
-        first = SEED_BASE + self.arm.seeds
         every = len(runs) == self.arm.fresh_seeds
-        return {"fresh_seeds": list(range(first, first + len(runs))),
+        return {"fresh_seeds": list(self._fresh_range()[:len(runs)]),
                 "fresh_seeds_planned": self.arm.fresh_seeds,
                 "fresh_test_top1_by_seed": tests,
                 "fresh_mean_test_top1": _mean_of_every(tests) if every else None,
