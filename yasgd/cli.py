@@ -1,7 +1,7 @@
 """The ``yasgd`` command: ``yasgd train | check-config | launch | data | jobs | simulate |
-bench | provenance``, the one argparse of the library (``yasgd launch`` is
-:func:`yasgd.launch.main`, which keeps its own parser so that ``python -m yasgd.launch``
-works without this module).
+bench | provenance`` (``yasgd launch`` is :func:`yasgd.launch.main`, which keeps its own
+parser so that ``python -m yasgd.launch`` works without this module). Its parsers, the
+launcher's and the maintainers' ``python -m`` tools' are :class:`yasgd.usage.Parser`.
 
 Every subcommand turns its arguments into explicit keyword arguments of a library
 function. A :class:`yasgd.UsageError` becomes one line on stderr and exit status 2;
@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import List, Optional
 
-from yasgd import UsageError, argtypes
+from yasgd import UsageError, argtypes, usage
 
 BENCHES = ("optimizer", "allreduce", "init", "throughput", "data", "largebatch", "overlap",
            "ablation")
@@ -47,15 +47,11 @@ LAUNCH_USAGE = "yasgd launch -np N [--timeout S] [--gloo] ... -- COMMAND"
 OVERRIDES = "section.key=value"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line, ``yasgd: error: <subcommand>: <message>``, exit 2
-    (instead of the usage block and ``yasgd <sub>: error:``); ``--help`` is unchanged."""
+class _Parser(usage.Parser):
+    """The one-line usage errors of :mod:`yasgd.usage`; argparse names every positional left
+    unfilled, the optional overrides too, which the line leaves out."""
 
-    def error(self, message: str):
-        sub = self.prog[len("yasgd"):].strip()
-        # argparse names every positional left unfilled, the optional overrides too
-        text = " ".join(message.replace(f", {OVERRIDES}", "").split())
-        self.exit(2, f"yasgd: error: {sub + ': ' if sub else ''}{text} (see {self.prog} --help)\n")
+    hidden = (f", {OVERRIDES}",)
 
 
 def _host_device() -> str:

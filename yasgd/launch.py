@@ -52,7 +52,7 @@ import sys
 import tempfile
 from typing import List, Optional
 
-from yasgd import UsageError, argtypes
+from yasgd import UsageError, argtypes, usage
 from yasgd.supervise import (STOP_FILE_ENV, STOP_TIMEOUT_S, Stopped, say, stop_by_unwinding,
                              supervise)
 
@@ -150,18 +150,9 @@ def with_tuning_defaults(env: dict) -> dict:
     return merged
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line, ``yasgd: error: launch: <message>``, exit 2, the
-    form of every yasgd command's usage errors (``--help`` is unchanged)."""
-
-    def error(self, message: str):
-        text = " ".join(message.split())
-        self.exit(2, f"yasgd: error: launch: {text} (see {self.prog} --help)\n")
-
-
 def parser(prog: str = "python -m yasgd.launch") -> argparse.ArgumentParser:
     """The launcher's arguments (``yasgd launch`` gives ``prog="yasgd launch"``)."""
-    p = _Parser(prog=prog, description=__doc__.splitlines()[0],
+    p = usage.Parser(prog=prog, description=__doc__.splitlines()[0],
                 usage=f"{prog} -np N [--timeout S] [--gloo] [--grace S] [--stop-timeout S] "
                       "[--no-tuning-defaults] -- COMMAND ...")
     p.add_argument("-np", type=argtypes.integer(1), default=2, metavar="N",

@@ -15,7 +15,6 @@ driver for any GPU of capability >= X.Y (``compute_90a``: only 9.0). No MXNet im
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -27,7 +26,7 @@ import tempfile
 import zipfile
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from yasgd import outputs
+from yasgd import outputs, usage
 
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mxnet_cuda_wheels.json")
 LIBRARY = "mxnet/libmxnet.so"
@@ -173,8 +172,7 @@ def inspect(wheels: Iterable[str], tool: str, package: str = "") -> dict:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m yasgd.wheelarch",
-                                 description=__doc__.split("\n")[0])
+    ap = usage.Parser(prog="python -m yasgd.wheelarch", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     i = sub.add_parser("inspect", help="read the GPU architectures of MXNet CUDA wheels")
     i.add_argument("wheels", nargs="+")
@@ -196,8 +194,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             outputs.write_text(args.out, text)
     except (ValueError, KeyError, OSError, RuntimeError, zipfile.BadZipFile) as e:
         # a bad capability, a missing or damaged wheel, no cuobjdump: one line, status 2
-        sys.stderr.write(f"yasgd: error: wheelarch {args.cmd}: {e}\n")
-        return 2
+        return usage.error(f"wheelarch {args.cmd}", e)
     return 0
 
 

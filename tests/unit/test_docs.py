@@ -239,7 +239,7 @@ def test_make_test_record_refuses_a_log_without_a_suite(tmp_path, capsys, text, 
     log.write_text(text)
     assert report.main(["--results", str(tmp_path), "--make-test-log", str(log)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("yasgd.bench.report: error: --make-test-log: ") and message in err
+    assert err.startswith("yasgd: error: bench.report: --make-test-log: ") and message in err
     assert err.count("\n") == 1 and not (tmp_path / "make_test.log").exists()
     assert report.main(["--results", str(tmp_path), "--make-test-log",
                         str(tmp_path / "none.out")]) == 2
@@ -325,7 +325,7 @@ def test_a_record_is_written_only_from_a_finished_log(tmp_path, capsys, which, t
     assert report.main(["--results", str(tmp_path), f"--make-{which}-log", str(bad),
                         f"--make-{other}-log", str(good)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"yasgd.bench.report: error: --make-{which}-log: ") and message in err
+    assert err.startswith(f"yasgd: error: bench.report: --make-{which}-log: ") and message in err
     assert err.count("\n") == 1
     assert not list(tmp_path.glob("*.log"))
 
@@ -339,7 +339,7 @@ def test_a_record_is_read_only_from_a_regular_file(tmp_path, capsys, which):
     for path in (str(tmp_path), str(fifo), "/dev/zero"):
         assert report.main(["--results", str(tmp_path), f"--make-{which}-log", path]) == 2
         err = capsys.readouterr().err
-        assert err == (f"yasgd.bench.report: error: --make-{which}-log: {path} is not a "
+        assert err == (f"yasgd: error: bench.report: --make-{which}-log: {path} is not a "
                        f"regular file: give the saved output of `make {which}`\n")
     assert not list(tmp_path.glob("*.log"))
 

@@ -194,5 +194,5 @@ def test_cli_prints_the_entry_and_refuses_bad_input(tmp_path):
         p = _cli(*args)
         assert p.returncode == 2 and p.stdout == "", (args, p.stdout)
         lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("yasgd: error: mlperf_logs: "), p.stderr
+        assert len(lines) == 1 and lines[0].startswith("yasgd: error: simulate.mlperf_logs: "), p.stderr
         assert what in lines[0] and "Traceback" not in p.stderr

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from yasgd import outputs
+from yasgd import outputs, usage
 from yasgd.supervise import die_with_parent
 
 THREADS = (1, 2)
@@ -166,7 +166,7 @@ def run(out_dir="results", quick=False):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m yasgd.bench.ops_micro")
+    ap = usage.Parser(prog="python -m yasgd.bench.ops_micro")
     ap.add_argument("--out", default="results")
     ap.add_argument("--quick", action="store_true", help="5 timed calls instead of 20")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

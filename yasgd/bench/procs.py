@@ -111,7 +111,8 @@ def bench_main(prog: str, argv=None, worker=None, **worker_defaults) -> int:
         from yasgd import cli
         return cli.main(["bench", prog.rsplit(".", 1)[-1], *argv])
     import argparse
-    ap = argparse.ArgumentParser(prog=prog)
+    from yasgd import usage
+    ap = usage.Parser(prog=prog)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     for name, default in worker_defaults.items():

@@ -24,13 +24,12 @@ records give, and a SUMMARY.md that differs from them (:func:`yasgd.bench.summar
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import sys
 from typing import Callable, Dict, List, Tuple
 
-from yasgd import outputs
+from yasgd import outputs, usage
 from yasgd.bench.report_util import (BEGIN, BLOCK, DEFAULT_RESULTS, DOC_GLOBS, REPO,  # noqa: F401
                                      Records)
 from yasgd.bench.report_bench import (bench_acceptance, bench_allreduce, bench_init,
@@ -132,8 +131,7 @@ def write(root: str = REPO, results: str = DEFAULT_RESULTS) -> List[Tuple[str, s
 
 
 def main(argv: List[str] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m yasgd.bench.report",
-                                 description=__doc__.splitlines()[0])
+    ap = usage.Parser(prog="python -m yasgd.bench.report", description=__doc__.splitlines()[0])
     ap.add_argument("--results", default=DEFAULT_RESULTS,
                     help="folder of bench_*.json, paper.json and the recorded logs")
     ap.add_argument("--check", action="store_true",
@@ -146,22 +144,18 @@ def main(argv: List[str] = None) -> int:
                          "suite in RESULTS/make_test.log, then rewrite the blocks")
     args = ap.parse_args(argv)
     if not os.path.isdir(args.results):
-        print(f"yasgd.bench.report: error: {args.results} is not a folder", file=sys.stderr)
-        return 2
+        return ap.fail(f"--results: {args.results} is not a folder")
     logs = [(w, getattr(args, f"make_{w}_log")) for w in RECORDED_LOGS]
     for which, log in logs:
         if log is not None and args.check:
-            print(f"yasgd.bench.report: error: --make-{which}-log writes a record; --check "
-                  "writes nothing", file=sys.stderr)
-            return 2
+            return ap.fail(f"--make-{which}-log writes a record; --check writes nothing")
     recorded = []
     for which, log in logs:        # each log read and checked before any record is written
         try:
             if log is not None:
                 recorded.append(read_log(which, log))
         except (OSError, ValueError) as e:
-            print(f"yasgd.bench.report: error: --make-{which}-log: {e}", file=sys.stderr)
-            return 2
+            return ap.fail(f"--make-{which}-log: {e}")
     for name, lines in recorded:
         write_record(args.results, name, lines)
     try:
@@ -179,8 +173,7 @@ def main(argv: List[str] = None) -> int:
             return 1 if bad or old_summary else 0
         done = write(REPO, args.results)
     except (OSError, ValueError, KeyError) as e:
-        print(f"yasgd.bench.report: error: {e}", file=sys.stderr)
-        return 2
+        return ap.fail(e)
     for f, n in done:
         print(f"{f}: rewrote block {n}")
     print(f"{len(done)} block(s) rewritten from {args.results}")

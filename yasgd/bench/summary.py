@@ -10,7 +10,6 @@ shown yet. Benchmarks missing from DIR are listed as missing, never silently dro
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
@@ -19,7 +18,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from yasgd import outputs
+from yasgd import outputs, usage
 from yasgd.bench import common
 
 #: The order of ``make bench`` (Makefile), then anything else found.
@@ -161,12 +160,11 @@ def stale(out_dir: str) -> bool:
 
 
 def main(argv: List[str] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m yasgd.bench.summary", description=__doc__.splitlines()[0])
+    ap = usage.Parser(prog="python -m yasgd.bench.summary", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results", help="folder holding bench_*.json/.md")
     args = ap.parse_args(argv)
     if not os.path.isdir(args.out):
-        print(f"yasgd.bench.summary: error: {args.out} is not a folder", file=sys.stderr)
-        return 2
+        return ap.fail(f"--out: {args.out} is not a folder")
     path = write(args.out)
     n = len(collect(args.out))
     print(f"wrote {path} ({n} benchmark{'s' if n != 1 else ''})")

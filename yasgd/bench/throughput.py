@@ -54,6 +54,7 @@ import tempfile
 import time
 from typing import Dict, List
 
+from yasgd import usage
 from yasgd.bench import common
 from yasgd.bench.throughput_arms import (B_HYB, B_IMP, BF16, FP32, GFLOP_PER_IMAGE,  # noqa: F401
                                          IMAGE, Y_FBR, Y_HYB, Y_IMP, arms, baseline_arm,
@@ -185,7 +186,7 @@ def run(out_dir: str = "results", quick: bool = False) -> dict:
 
 
 def main(argv: List[str] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m yasgd.bench.throughput")
+    ap = usage.Parser(prog="python -m yasgd.bench.throughput")
     ap.add_argument("--out", default="results")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -25,7 +25,7 @@ import os
 import statistics
 from typing import Dict, List, Optional
 
-from yasgd import UsageError
+from yasgd import UsageError, usage
 from yasgd.simulate.model import IMAGENET_TRAIN
 
 COVER = 0.8
@@ -178,14 +178,10 @@ def read_results(folder: str, gpus: int, batch: Optional[int] = None) -> Dict:
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m yasgd.simulate.mlperf_logs FOLDER --gpus N [--batch B]``: the entry as JSON;
     a bad argument, folder or log is one ``yasgd: error:`` line, exit 2."""
-    import argparse
     from yasgd.argtypes import integer
 
-    class Parser(argparse.ArgumentParser):
-        def error(self, message):
-            self.exit(2, f"yasgd: error: mlperf_logs: {message}\n")
-
-    ap = Parser(prog="python -m yasgd.simulate.mlperf_logs", description=__doc__.split("\n\n")[0])
+    ap = usage.Parser(prog="python -m yasgd.simulate.mlperf_logs",
+                      description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", help="an MLPerf results folder holding result_*.txt")
     ap.add_argument("--gpus", type=integer(1), required=True, help="GPUs of the run")
     ap.add_argument("--batch", type=integer(1), help="global batch, where the logs give none")
@@ -193,9 +189,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         out = read_results(args.folder, args.gpus, args.batch)
     except OSError as e:
-        ap.error(f"{e.filename or args.folder}: {e.strerror}")
+        return ap.fail(f"{e.filename or args.folder}: {e.strerror}")
     except UsageError as e:
-        ap.error(str(e))
+        return ap.fail(e)
     print(json.dumps(out, indent=1))
     return 0
 

@@ -206,11 +206,20 @@ def record(path: str = RECORD) -> Dict:
     return out
 
 
-if __name__ == "__main__":   # python -m yasgd.simulate.validate [--record]
-    import sys
-    if sys.argv[1:] == ["--record"]:
+def main(argv=None) -> int:
+    """``python -m yasgd.simulate.validate [--record]``: the table (``--record``: rewrite the
+    recorded one first)."""
+    from yasgd import usage
+    ap = usage.Parser(prog="python -m yasgd.simulate.validate",
+                      description=__doc__.splitlines()[0])
+    ap.add_argument("--record", action="store_true",
+                    help="rewrite the recorded table (examples/results) first")
+    if ap.parse_args(argv).record:
         record()
         print(f"wrote {os.path.relpath(RECORD)}")
-    elif sys.argv[1:]:
-        sys.exit("usage: python -m yasgd.simulate.validate [--record]")
     print(table())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""One form for every usage error (yasgd.usage): the ``yasgd`` commands and every ``python -m
+yasgd.*`` tool the documents name answer a bad argument with one ``yasgd: error: NAME:`` line
+and exit status 2, through one parser class."""
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from yasgd import usage
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# modules every cached training run imports: an edit makes every recorded run another code
+# version (their plain argparse keeps its usage block and "PROG: error:" line)
+FROZEN = {"yasgd.ops.build", "yasgd.bench.study_worker"}
+
+
+def test_command_name_and_the_line(capsys):
+    assert [usage.command_name(p) for p in (
+        "yasgd", "yasgd bench", "yasgd jobs submit", "python -m yasgd.launch",
+        "python -m yasgd.bench.report", "other")] == [
+        "", "bench", "jobs submit", "launch", "bench.report", "other"]
+    ap = usage.Parser(prog="python -m yasgd.bench.summary")
+    ap.add_argument("--n", type=int)
+    with pytest.raises(SystemExit) as e:
+        ap.parse_args(["--n", "x"])
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == ("yasgd: error: bench.summary: argument --n: invalid int value: "
+                                 "'x' (see python -m yasgd.bench.summary --help)\n")
+    # after parsing: the same line without the help hint, folded to one line
+    assert ap.fail("--out: a\nb is not a folder") == 2
+    assert capsys.readouterr().err == "yasgd: error: bench.summary: --out: a b is not a folder\n"
+    assert usage.error("", "top level") == 2
+    assert capsys.readouterr().err == "yasgd: error: top level\n"
+
+
+def test_sub_commands_and_hidden_fragments(capsys):
+    class P(usage.Parser):
+        hidden = (", extra",)
+    ap = P(prog="yasgd")
+    sub = ap.add_subparsers(dest="cmd", required=True).add_parser("train")
+    sub.add_argument("config")
+    sub.add_argument("extra", nargs="*")
+    assert type(sub) is P
+    with pytest.raises(SystemExit):
+        ap.parse_args(["train"])
+    assert capsys.readouterr().err == ("yasgd: error: train: the following arguments are "
+                                       "required: config (see yasgd train --help)\n")
+
+
+def test_an_unknown_option_is_named_by_the_sub_command_chosen(capsys):
+    ap = usage.Parser(prog="yasgd")
+    subs = ap.add_subparsers(dest="cmd", required=True)
+    jobs = subs.add_parser("jobs").add_subparsers(dest="jobs_cmd", required=True)
+    jobs.add_parser("submit").add_argument("--nodes", type=int)
+    subs.add_parser("bench").add_argument("name")
+    for argv, name in ((["jobs", "submit", "--bogus"], "jobs submit"),
+                       (["bench", "x", "--bogus", "y"], "bench")):
+        with pytest.raises(SystemExit):
+            ap.parse_args(argv)
+        extra = " ".join(argv[argv.index("--bogus"):])
+        assert capsys.readouterr().err == (f"yasgd: error: {name}: unrecognized arguments: "
+                                           f"{extra} (see yasgd {name} --help)\n")
+    assert ap.parse_args(["jobs", "submit", "--nodes", "2"]).nodes == 2
+
+
+def _documented_tools():
+    """Every ``python -m yasgd.X`` the README, docs/, jobs/ and the Makefile name."""
+    found = set()
+    paths = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "Makefile")] \
+        + glob.glob(os.path.join(ROOT, "docs", "*.md")) \
+        + glob.glob(os.path.join(ROOT, "jobs", "**", "*"), recursive=True)
+    for path in filter(os.path.isfile, paths):
+        with open(path, errors="replace") as f:
+            found |= set(re.findall(r"python -m (yasgd(?:\.[a-z_]+)+)", f.read()))
+    return sorted(found)
+
+
+def test_every_parser_outside_the_frozen_modules_is_the_one_class():
+    plain = set()
+    for path in glob.glob(os.path.join(ROOT, "yasgd", "**", "*.py"), recursive=True):
+        mod = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+        with open(path) as f:
+            text = f.read()
+        if mod != "yasgd.usage" and re.search(
+                r"argparse\.ArgumentParser\(|\(argparse\.ArgumentParser\)", text):
+            plain.add(mod)
+    assert plain == FROZEN
+    tools = _documented_tools()
+    assert {"yasgd.bench.report", "yasgd.launch", "yasgd.simulate.mlperf_logs"} <= set(tools)
+
+
+@pytest.mark.parametrize("module", [m for m in _documented_tools() if m not in FROZEN])
+def test_each_documented_tool_answers_a_bad_argument_with_one_line(module):
+    p = subprocess.run([sys.executable, "-m", module, "--no-such-option"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    name = usage.command_name("python -m " + module) if module != "yasgd.cli" else ""
+    assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith("yasgd: error: " + (name + ": " if name else "")), p.stderr
+    # argparse names a missing required argument before an unknown one
+    assert "--no-such-option" in p.stderr or "arguments are required" in p.stderr

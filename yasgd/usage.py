@@ -1,0 +1,77 @@
+"""The one form of a usage error in every command yasgd installs or documents (``yasgd ...``,
+``python -m yasgd.launch``, the maintainers' ``python -m yasgd.bench.report`` and the like):
+one line on stderr, ``yasgd: error: NAME: MESSAGE``, and exit status 2, where NAME is the
+command as typed after ``yasgd`` or after ``python -m yasgd.`` (``bench``, ``jobs submit``,
+``launch``, ``bench.report``). :class:`Parser` gives argparse's own errors that form (its
+usage block and ``PROG: error:`` line would otherwise be two lines in another form);
+:func:`error` is the same line for what a command finds wrong after parsing (a missing file,
+two options that exclude each other).
+
+The training modules keep plain argparse where they have it (``python -m yasgd.ops.build``,
+the bench's study worker): a cached run records the source of every module it imports, and
+an edit there would make every recorded run another code version.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Tuple
+
+_HEADS = ("python -m yasgd.", "yasgd")
+
+
+def command_name(prog: str) -> str:
+    """NAME in the error line of the command whose argparse ``prog`` is ``prog``: ``yasgd
+    bench`` -> ``bench``, ``python -m yasgd.bench.report`` -> ``bench.report``, ``yasgd`` ->
+    ``""`` (the top level names no command)."""
+    for head in _HEADS:
+        if prog.startswith(head):
+            return prog[len(head):].strip()
+    return prog
+
+
+def error(name: str, message: object) -> int:
+    """Write the usage-error line of command ``name`` (its whitespace folded to single
+    spaces, so that it stays one line); returns the exit status, 2."""
+    text = " ".join(str(message).split())
+    sys.stderr.write(f"yasgd: error: {name + ': ' if name else ''}{text}\n")
+    sys.stderr.flush()
+    return 2
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are :func:`error`'s one line, naming the command and where its
+    help is (``(see PROG --help)``); ``--help`` is unchanged. Sub-commands made with
+    ``add_subparsers`` are parsers of the same class. ``hidden``: fragments argparse puts in
+    a message that the line leaves out (``yasgd train`` names its optional overrides among
+    the arguments it misses)."""
+
+    hidden: Tuple[str, ...] = ()
+
+    def error(self, message: str):
+        for fragment in self.hidden:
+            message = message.replace(fragment, "")
+        self.exit(error(command_name(self.prog), f"{message} (see {self.prog} --help)"))
+
+    def parse_args(self, args=None, namespace=None):
+        # argparse reports an unknown option of a sub-command from the top parser ("yasgd:
+        # error: unrecognized arguments", its help the top one's); the line names the
+        # sub-command that was chosen instead, and points to its help
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._chosen(ns).error("unrecognized arguments: " + " ".join(extras))
+        return ns
+
+    def _chosen(self, ns: argparse.Namespace) -> argparse.ArgumentParser:
+        """The deepest sub-command parser ``ns`` chose (this parser where none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                sub = action.choices.get(getattr(ns, action.dest, None) or "")
+                if sub is not None:
+                    return sub._chosen(ns) if isinstance(sub, Parser) else sub
+        return self
+
+    def fail(self, message: object) -> int:
+        """The command's error line for what it finds wrong after parsing (no help hint:
+        the arguments parsed); returns the exit status, 2."""
+        return error(command_name(self.prog), message)
