@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Tuple
+from typing import Optional, Tuple
 
 _HEADS = ("python -m yasgd.", "yasgd")
 
@@ -44,14 +44,19 @@ class Parser(argparse.ArgumentParser):
     help is (``(see PROG --help)``); ``--help`` is unchanged. Sub-commands made with
     ``add_subparsers`` are parsers of the same class. ``hidden``: fragments argparse puts in
     a message that the line leaves out (``yasgd train`` names its optional overrides among
-    the arguments it misses)."""
+    the arguments it misses). ``name``: NAME where ``prog`` is no ``yasgd`` command (``make
+    cluster-rehearsal``'s script)."""
 
     hidden: Tuple[str, ...] = ()
+
+    def __init__(self, *args, name: Optional[str] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.name = command_name(self.prog) if name is None else name
 
     def error(self, message: str):
         for fragment in self.hidden:
             message = message.replace(fragment, "")
-        self.exit(error(command_name(self.prog), f"{message} (see {self.prog} --help)"))
+        self.exit(error(self.name, f"{message} (see {self.prog} --help)"))
 
     def parse_args(self, args=None, namespace=None):
         # argparse reports an unknown option of a sub-command from the top parser ("yasgd:
@@ -74,4 +79,4 @@ class Parser(argparse.ArgumentParser):
     def fail(self, message: object) -> int:
         """The command's error line for what it finds wrong after parsing (no help hint:
         the arguments parsed); returns the exit status, 2."""
-        return error(command_name(self.prog), message)
+        return error(self.name, message)

@@ -14,7 +14,6 @@ The run directory stays, under ``--runs`` (default runs/rehearsal).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
@@ -27,9 +26,12 @@ import netns  # noqa: E402
 from common import CONFIG, REPO, job_env  # noqa: E402
 from schedulers import render, run_slurm, start_pbs, start_uge  # noqa: E402
 
+from yasgd import usage  # noqa: E402
+
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = usage.Parser(prog="python tests/cluster/rehearsal.py", name="cluster-rehearsal",
+                      description=__doc__.split("\n\n")[0])
     ap.add_argument("--scheduler", required=True, choices=["slurm", "pbs", "uge"])
     ap.add_argument("--script", help="a job script rendered for 2 nodes (default: render one)")
     ap.add_argument("--config", default=CONFIG, help=f"config to render (default {CONFIG})")
@@ -46,12 +48,10 @@ def main(argv=None) -> int:
         ([f"--timeout must be a finite number of seconds > 0, got {a.timeout}"]
          if not (0 < a.timeout < float("inf")) else [])
     if bad:
-        print(f"cluster-rehearsal: error: {bad[0]}", file=sys.stderr)
-        return 2
+        return ap.fail(bad[0])
     reason = netns.unavailable()
     if reason:
-        print(f"cluster-rehearsal: cannot run here: {reason}", file=sys.stderr)
-        return 2
+        return ap.fail(f"cannot run here: {reason}")
     runs = os.path.abspath(a.runs)
     os.makedirs(runs, exist_ok=True)
     work = os.path.join(runs, f".{a.scheduler}-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -103,3 +103,18 @@ def test_each_documented_tool_answers_a_bad_argument_with_one_line(module):
     assert p.stderr.startswith("yasgd: error: " + (name + ": " if name else "")), p.stderr
     # argparse names a missing required argument before an unknown one
     assert "--no-such-option" in p.stderr or "arguments are required" in p.stderr
+
+
+@pytest.mark.parametrize("args,what", [
+    (["--scheduler", "lsf"], "argument --scheduler: invalid choice: 'lsf'"),
+    (["--scheduler", "pbs", "--script", "no/such/job.sh"], "--script no/such/job.sh is not a file"),
+    (["--scheduler", "pbs", "--timeout", "nan"], "--timeout must be a finite number")])
+def test_the_cluster_rehearsal_answers_in_the_same_form(args, what):
+    """``make cluster-rehearsal``'s script (tests/cluster/rehearsal.py): refused before any
+    namespace, daemon or folder is made."""
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "cluster", "rehearsal.py"),
+                        *args, "--runs", "no/such/runs"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
+    assert p.stderr.startswith("yasgd: error: cluster-rehearsal: ") and what in p.stderr
+    assert p.stderr.count("\n") == 1 and not os.path.exists(os.path.join(ROOT, "no"))
