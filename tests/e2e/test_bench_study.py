@@ -96,18 +96,34 @@ def test_ablation_quick_resumes_after_sigterm_and_shares_runs_with_largebatch(tm
     assert d["hardware"]["runs_on"] == [[here, len(d["records"])]]
     assert f"Runs trained on: {here} ({len(d['records'])} runs). Table built on: " in (
         out / "bench_ablation.md").read_text()
-    assert (out / "bench_ablation.md").read_text().count("| no warm-up |") == 2
+    # the table, the search table and the two fresh-seed tables
+    assert (out / "bench_ablation.md").read_text().count("| no warm-up |") == 4
     assert (out / "bench_ablation.png").stat().st_size > 1000
+    # the recipe and the technique arm trained their fresh seed (2); the baseline did not
+    assert by["lars-1k"]["fresh_seeds"] == by["no-warmup"]["fresh_seeds"] == [2]
+    assert "fresh_seeds" not in by["baseline"]
+    fa = d["fresh"]
+    row, = fa["rows"]
+    assert [a["arm"] for a in fa["arms"]] == ["no-warmup"] and fa["recipe"]["arm"] == "lars-1k"
+    assert fa["checks"] == 1 + (row["beyond_spread"] is not False) and not fa["pending"]
+    fresh_diff = 100 * (by["lars-1k"]["fresh_test_top1_by_seed"][0]
+                        - by["no-warmup"]["fresh_test_top1_by_seed"][0])
+    assert row["fresh_buys_pts"] == pytest.approx(fresh_diff, abs=1e-9)
+    assert row["buys_pts"] == pytest.approx(-100 * (by["no-warmup"]["mean_test_top1"]
+                                                    - by["lars-1k"]["mean_test_top1"]), abs=1e-9)
+    line = d["acceptance"][-1]
+    assert line["criterion"].startswith("the technique rows on fresh seeds")
+    assert (line["value"], line["met"]) == (fa["passed"], fa["passed"] == fa["checks"])
 
     n_before = len(list(cache.glob("*.json")))
     lb = _bench("largebatch", out, "--arms", "baseline,lars-1k,sgd-1k")
     assert lb.returncode == 0, lb.stdout[-3000:] + lb.stderr[-3000:]
     started = [ln for ln in lb.stdout.splitlines() if " started] " in ln]
-    # the shared arms' runs are read from the cache; largebatch trains SGD's and, for its
-    # three compared arms, the fresh seed (2) at the chosen LR
+    # the shared arms' runs are read from the cache (the recipe's fresh seed among them);
+    # largebatch trains SGD's and the fresh seed (2) of the baseline
     assert started and all(" sgd-1k " in ln or " seed 2: " in ln for ln in started), lb.stdout
     fresh = sorted(ln.split("] ")[1].split(" lr ")[0] for ln in started if " seed 2: " in ln)
-    assert fresh == ["baseline", "lars-1k", "sgd-1k"], lb.stdout
+    assert fresh == ["baseline", "sgd-1k"], lb.stdout
     assert len(list(cache.glob("*.json"))) == n_before + len(started)
     d2 = json.load(open(out / "bench_largebatch.json"))
     assert {a["arm"] for a in d2["setup"]["arms"]} == {"baseline", "lars-1k", "sgd-1k"}

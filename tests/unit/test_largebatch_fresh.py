@@ -1,13 +1,14 @@
-"""The large-batch headline on fresh seeds (yasgd.bench.study step 4, yasgd.bench.largebatch
-``fresh_check``): seeds that no choice reads, trained after an arm's seeds at the LR its
-search chose, and the rule that judges the headline on them, checked against figures worked
-out by hand.
+"""The large-batch headline and the ablation's technique rows on fresh seeds
+(yasgd.bench.study step 4, ``fresh_check`` of yasgd.bench.largebatch and
+yasgd.bench.ablation): seeds that no choice reads, trained after an arm's seeds at the LR its
+search chose, and the rules that judge the tables on them, checked against figures worked out
+by hand.
 """
 import math
 
 import pytest
 
-from yasgd.bench import common, largebatch as lb, study, study_plan as plan
+from yasgd.bench import ablation as ab, common, largebatch as lb, study, study_plan as plan
 
 
 def _search(arm, tests):
@@ -32,8 +33,8 @@ def _search(arm, tests):
     raise AssertionError("the search did not finish")
 
 
-def _arm(name="a", opt="sgd", batch=8192, seeds=3, fresh=3):
-    return study.Arm(name, name, batch, opt, (1.0, 2.0, 4.0), (), seeds, "x", fresh)
+def _arm(name="a", opt="sgd", batch=8192, seeds=3, fresh=3, group="x"):
+    return study.Arm(name, name, batch, opt, (1.0, 2.0, 4.0), (), seeds, group, fresh)
 
 
 def test_fresh_seeds_follow_the_seeds_at_the_chosen_lr_and_leave_the_figures_alone():
@@ -62,8 +63,9 @@ def test_a_search_is_not_done_until_its_fresh_seeds_are_trained():
         return {"val_top1": 0.9 - abs(f - 2.0) / 100, "test_top1": 0.9} if (f, seed) in have \
             else None
     s = study.search(arm, lookup)
-    assert s.needed == [(2.0, 4)] and not s.summary()["complete"]
     summ = s.summary()
+    # the arm's own figures are final (its grid and seeds), the search is not done
+    assert s.needed == [(2.0, 4)] and not s.done and summ["complete"]
     # one of two fresh seeds trained: listed, but no mean or spread until both are
     assert summ["fresh_seeds"] == [3] and summ["fresh_test_top1_by_seed"] == [0.9]
     assert summ["fresh_mean_test_top1"] is None and summ["fresh_spread_pts"] is None
@@ -145,7 +147,7 @@ def test_every_check_holding_meets_the_line_and_a_missing_run_leaves_it_open():
     # neither its check nor the comparison it enters is judged, and the line stays open
     same["sgd-16k"] = (HAND["sgd-16k"][0], HAND["sgd-16k"][0][:2])
     sums = _headline(same)
-    assert [s["complete"] for s in sums] == [True] * 4 + [False]
+    assert all(s["complete"] for s in sums)     # the table's figures do not wait for it
     f = lb.fresh_check(sums, plan.FULL)
     assert f["pending"] and (f["passed"], f["checks"]) == (6, 8)
     assert lb.fresh_line(f)["met"] is None
@@ -159,8 +161,19 @@ def test_the_headline_plans_fresh_seeds_for_its_compared_arms_only():
                                    for o in ("lars", "sgd") for b in (scale.big, scale.huge)}
         assert {n for n, k in fresh.items() if k} == compared
         assert set(fresh[n] for n in compared) == {scale.fresh_seeds} and scale.fresh_seeds
-        # the ablation compares on its own seeds: none of its arms trains fresh seeds
-        assert all(a.fresh_seeds == 0 for a in plan.ablation_arms(scale))
+        # the ablation: the recipe and the technique arms, never the baseline or a tuning arm
+        abl = plan.ablation_arms(scale)
+        assert {a.name for a in abl if a.fresh_seeds} == {
+            a.name for a in abl if a.group in ("recipe", "removed", "added")}
+        assert {a.fresh_seeds for a in abl if a.fresh_seeds} == {scale.fresh_seeds}
+        assert sum(1 for a in abl if a.group in ("removed", "added")) == (
+            8 if scale is plan.FULL else 1)
+        # the recipe's fresh seeds are the headline's runs: the same arm, name and settings
+        head = {a.name: a for a in plan.headline_arms(scale)}
+        rec = next(a for a in abl if a.group == "recipe")
+        assert (rec.overrides, rec.factors, rec.batch, rec.seeds, rec.fresh_seeds) == (
+            head[rec.name].overrides, head[rec.name].factors, head[rec.name].batch,
+            head[rec.name].seeds, head[rec.name].fresh_seeds)
     assert plan.FULL.fresh_seeds == plan.FULL.seeds == 3
     # the acceptance names the check only where the arms plan fresh seeds
     sums = _headline(HAND)
@@ -172,29 +185,85 @@ def test_the_headline_plans_fresh_seeds_for_its_compared_arms_only():
                    for a in lb.acceptance(sums, lb.summary_rows(sums), plan.FULL))
 
 
-def test_the_ablation_page_gives_the_recipes_spread_on_the_fresh_seeds():
-    """The ablation's recipe arm is the headline's recipe at 8K: the page names its spread on
-    the fresh seeds and the differences judged beyond the spread that lie within it."""
+# the ablation's hand-made arms: (group, seeds 0-2, fresh seeds 3-5), test top-1
+ABL = {
+    # mean, spread; fresh mean, spread
+    "lars-8k": ("recipe", [.905, .907, .909], [.898, .902, .906]),      # 90.7, 0.4; 90.2, 0.8
+    # arm - recipe -1.1: buys +1.1, beyond 0.4; fresh 89.5 (shift -0.1 within 0.2), buys +0.7
+    "no-ls": ("removed", [.895, .896, .897], [.894, .895, .896]),
+    # buys +0.2, within 0.4 (no sign to check); fresh 91.1: shift +0.6 beyond 0.2, buys -0.9
+    "no-warmup": ("removed", [.904, .905, .906], [.910, .911, .912]),
+    # added: arm - recipe -2.6, beyond 0.4; fresh 90.6: shift +2.5 beyond 0.2, buys +0.4
+    "aug": ("added", [.880, .881, .882], [.905, .906, .907]),
+    # +0.6, beyond 0.4 but within the recipe's fresh spread (0.8); no fresh seeds
+    "tuned": ("tuning", [.912, .913, .914], []),
+}
+
+
+def _ablation(spec):
+    return [_search(_arm(n, "lars", 8192, 3, 3 if fresh or g != "tuning" else 0, g),
+                    tests + fresh)[0].summary() for n, (g, tests, fresh) in spec.items()]
+
+
+def test_the_ablation_fresh_check_applies_the_rule_fixed_before_the_runs():
+    f = ab.fresh_check(_ablation(ABL))
+    assert f["recipe"]["arm"] == "lars-8k" and f["recipe"]["fresh_mean"] == pytest.approx(.902)
+    arms = {a["arm"]: a for a in f["arms"]}
+    assert list(arms) == ["no-ls", "no-warmup", "aug"]          # the technique arms only
+    for name, (shift, holds) in {"no-ls": (-0.1, True), "no-warmup": (0.6, False),
+                                 "aug": (2.5, False)}.items():
+        assert arms[name]["shift_pts"] == pytest.approx(shift), name
+        assert arms[name]["allowed_pts"] == pytest.approx(0.2), name
+        assert arms[name]["holds"] is holds, name
+    rows = {r["arm"]: r for r in f["rows"]}
+    want = {  # buys, beyond, fresh buys, fresh beyond (larger fresh spread 0.8), sign check
+        "no-ls": (1.1, True, 0.7, False, True),
+        "no-warmup": (0.2, False, -0.9, True, None),
+        "aug": (-2.6, True, 0.4, False, False)}
+    for name, (buys, beyond, fresh, fresh_beyond, holds) in want.items():
+        r = rows[name]
+        assert (r["buys_pts"], r["fresh_buys_pts"]) == (pytest.approx(buys),
+                                                         pytest.approx(fresh)), name
+        assert r["fresh_larger_spread_pts"] == pytest.approx(0.8), name
+        assert (r["beyond_spread"], r["fresh_beyond_spread"], r["holds"]) == (
+            beyond, fresh_beyond, holds), name
+        assert r["checked"] is beyond, name
+    # three arms, and the sign of the two rows beyond the spread: no-ls holds, aug flips
+    assert (f["passed"], f["checks"], f["pending"]) == (2, 5, False)
+    assert "| 2 of 5 checks | **not met** |" in common.acceptance_table([ab.fresh_line(f)])
+    text = ab.fresh_tables(f)
+    assert text.startswith("The recipe on fresh seeds 3, 4, 5: 90.20 ± 0.40 (on its seeds: "
+                           "90.70 ± 0.20).")
+    assert "| no-warmup | +0.20 | no | -0.90 | 0.80 | yes | n/a |" in text
+    assert "| aug | -2.60 | yes | +0.40 | 0.80 | no | **no** |" in text
+    assert "| no-ls | 2.8284 | 0, 1, 2 | 89.60 ± 0.10 | 3, 4, 5 | 89.40, 89.50, 89.60 | " \
+           "89.50 ± 0.10 | -0.10 | 0.20 | yes |" in text
+    # the page's reading, from the record as the JSON holds it
     from yasgd.bench import report_study
-    ab = {"setup": {"arms": [{"arm": "baseline", "group": "baseline"},
-                             {"arm": "lars-8k", "group": "recipe", "mean_test_top1": 0.9068,
-                              "spread_pts": 0.07}]},
-          "effects": [{"technique": "no label smoothing", "arm_minus_recipe_pts": -0.73,
-                       "beyond_spread": True},
-                      {"technique": "momentum 0.96", "arm_minus_recipe_pts": -2.63,
-                       "beyond_spread": True},
-                      {"technique": "no warm-up", "arm_minus_recipe_pts": -0.38,
-                       "beyond_spread": False}]}
-    lbd = {"fresh": {"arms": [{"arm": "lars-8k", "label": "yasgd recipe at 8K",
-                               "mean": 0.9068, "fresh_seeds": [3, 4, 5],
-                               "fresh_spread_pts": 1.5}]}}
-    assert report_study._recipe_fresh(ab, lbd) == ["", (
-        "The recipe's arm is the large-batch table's yasgd recipe at 8K (the same runs). On "
-        "that table's fresh seeds (3, 4, 5) its spread is 1.50 points, against 0.07 here. "
-        "Judged beyond the spread here, but within the recipe's spread on those seeds: no "
-        "label smoothing (-0.73).")]
-    # other runs (a different mean), no fresh record, or fresh seeds still to run: no line
-    other = {"fresh": {"arms": [dict(lbd["fresh"]["arms"][0], mean=0.9)]}}
-    pending = {"fresh": {"arms": [dict(lbd["fresh"]["arms"][0], fresh_spread_pts=None)]}}
-    for lb_json in (other, {}, pending):
-        assert report_study._recipe_fresh(ab, lb_json) == []
+    d = {"fresh": f, "effects": ab.tables(_ablation(ABL))["effects"]}
+    assert report_study._ablation_fresh_reading(d) == ["", (
+        "On fresh seeds (3, 4, 5: no choice read them), 2 of the 5 checks hold. Beyond its "
+        "seeds' spread, the mean of no-warmup (+0.60 against a larger spread of 0.20); aug "
+        "(+2.50 against a larger spread of 0.20). Sign changed: aug (-2.60, fresh +0.40). On "
+        "the fresh seeds, what each technique buys beside the larger spread of its two arms' "
+        "fresh seeds: no-ls +0.70 (0.80); no-warmup -0.90 (0.80); aug +0.40 (0.80). Judged "
+        "beyond the spread in the table, on the fresh seeds: no-ls (+1.10, fresh +0.70); aug "
+        "(-2.60, fresh +0.40). Beyond the larger spread of its two arms' fresh seeds: 1 of the "
+        "3 rows (no-warmup). The fresh mean is below the mean on the table's seeds in 1 of the "
+        "3 technique arms, and the recipe's is -0.50 points from its own."), "", (
+        "The recipe's spread on its fresh seeds (3, 4, 5; the large-batch table's runs) is "
+        "0.80 points, against 0.40 on its seeds. Judged beyond the spread in the table, with "
+        "no fresh seeds of their own, but within the recipe's spread on its fresh seeds: "
+        "tuned (+0.60).")]
+
+
+def test_the_ablation_fresh_check_waits_for_every_fresh_run():
+    spec = dict(ABL, **{"lars-8k": ("recipe", ABL["lars-8k"][1], ABL["lars-8k"][2][:2])})
+    f = ab.fresh_check(_ablation(spec))
+    # the recipe's last fresh run missing: no fresh figure of any row, every sign check open
+    assert f["pending"] and (f["passed"], f["checks"]) == (1, 5)
+    assert all(r["fresh_buys_pts"] is None for r in f["rows"])
+    assert ab.fresh_line(f)["met"] is None
+    # no arm planning fresh seeds: no check and no line
+    none = [dict(s, fresh_seeds_planned=0) for s in _ablation(ABL)]
+    assert ab.fresh_check(none)["checks"] == 0

@@ -74,7 +74,7 @@ def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
                      f"{len(s['seeds'])}/{s['seeds_planned']}", sr.pts(d),
                      sr.pts(buys),
                      sr.spread(spread),
-                     {True: "yes", False: "no", None: "n/a"}[beyond]])
+                     _yes(beyond)])
     table = common.md_table(["arm", "kind", "chosen LR", "mean test top-1 %",
                              "mean validation top-1 %", "spread (pts)",
                              "seeds", "arm - recipe (pts)", "the technique buys (pts)",
@@ -83,6 +83,80 @@ def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
     return {"table": table, "effects": effects,
             "recipe_minus_baseline_8k": _delta(recipe, base) if recipe else None,
             "best_on_validation": best_on_validation(summaries)}
+
+
+FRESH_INTRO = ("The recipe and the technique arms on fresh seeds, at the LR each chose (test "
+               "top-1): no choice read these runs, while seed 0's run also chose the LR, so "
+               "they check the technique rows out of sample (the recipe's are the large-batch "
+               "table's runs):")
+
+
+def fresh_check(summaries: Sequence[Dict[str, object]],
+                effects: Optional[List[Dict[str, object]]] = None) -> Dict[str, object]:
+    """The technique rows on fresh seeds (seeds no choice read), by the rule fixed before
+    their runs: each technique arm's fresh mean lies within the larger of its two spreads of
+    its mean (as in the large-batch table), and a row the table judges beyond the spread
+    keeps the sign of what the technique buys. Every row's fresh figure is shown beside the
+    larger fresh spread of its two arms; a row within the spread makes no claim to check.
+    ``pending`` while any fresh run is still to train. ``effects``: :func:`tables`' of
+    ``summaries`` where the caller has them already."""
+    recipe = next((s for s in summaries if s["group"] == "recipe"), None)
+    planned = [s for s in summaries if s["group"] in ("removed", "added")
+               and s.get("fresh_seeds_planned")]
+    if recipe is None or not recipe.get("fresh_seeds_planned") or not planned:
+        return {"recipe": None, "arms": [], "rows": []} | sr.tally([])
+    effects = {e["arm"]: e for e in (tables(summaries)["effects"] if effects is None
+                                     else effects)}
+    rows = []
+    for s in planned:
+        sign = -1 if s["group"] == "removed" else 1
+        fresh = _delta(s, recipe, "fresh_mean_test_top1")
+        buys, fresh_buys = effects[s["arm"]]["technique_buys_pts"], _scaled(fresh, sign)
+        wide = sr.larger_spread(s, recipe, key="fresh_spread_pts")
+        beyond = effects[s["arm"]]["beyond_spread"]
+        # a row within the spread claims no sign (not checked); one beyond it keeps its sign
+        # (pending while either figure is unknown)
+        known = beyond is not None and buys is not None and fresh_buys is not None
+        rows.append({"arm": s["arm"], "technique": s["label"], "kind": s["group"],
+                     "buys_pts": buys, "beyond_spread": beyond, "fresh_buys_pts": fresh_buys,
+                     "fresh_larger_spread_pts": wide,
+                     "fresh_beyond_spread": None if fresh is None or wide is None
+                     else abs(fresh) > wide,
+                     "checked": beyond is not False,
+                     "holds": buys * fresh_buys > 0 if known and beyond else None})
+    arms = [sr.fresh_arm(s) for s in planned]
+    checks = [a["holds"] for a in arms] + [r["holds"] for r in rows if r["checked"]]
+    return {"recipe": sr.fresh_arm(recipe), "arms": arms, "rows": rows} | sr.tally(checks)
+
+
+def _scaled(x: Optional[float], sign: int) -> Optional[float]:
+    return None if x is None else sign * x
+
+
+def fresh_line(fresh: Dict[str, object]) -> Dict[str, object]:
+    return sr.fresh_line("the technique rows on fresh seeds (no choice read them; the rule "
+                         "fixed before their runs): each technique arm's fresh mean within the "
+                         "larger of its two seed spreads of its mean, and each row beyond the "
+                         "spread keeps its sign", fresh)
+
+
+def fresh_tables(fresh: Dict[str, object]) -> str:
+    r = fresh["recipe"]
+    head = (f"The recipe on fresh seeds {', '.join(map(str, r['fresh_seeds']))}: "
+            f"{sr.cell(r['fresh_mean'], r['fresh_spread_pts'])} (on its seeds: "
+            f"{sr.cell(r['mean'], r['spread_pts'])}).")
+    t2 = common.md_table(
+        ["technique", "buys on the table's seeds (pts)", "beyond it", "buys on fresh seeds (pts)",
+         "larger fresh spread (pts)", "beyond it (fresh)", "same sign (rows beyond it)"],
+        [[x["technique"], sr.pts(x["buys_pts"]), _yes(x["beyond_spread"]),
+          sr.pts(x["fresh_buys_pts"]), sr.spread(x["fresh_larger_spread_pts"]),
+          _yes(x["fresh_beyond_spread"]), sr.holds(x["holds"]) if x["checked"] else "n/a"]
+         for x in fresh["rows"]], "lrlrrll")
+    return head + "\n\n" + sr.fresh_arm_table(fresh["arms"]) + "\n\n" + t2
+
+
+def _yes(x: Optional[bool]) -> str:
+    return {True: "yes", False: "no", None: "n/a"}[x]
 
 
 def best_on_validation(summaries: Sequence[Dict[str, object]]) -> Optional[Dict[str, object]]:
@@ -156,10 +230,12 @@ def plotted(effects: List[Dict[str, object]]) -> List[Dict[str, object]]:
     return [e for e in effects if e["technique_buys_pts"] is not None and e["complete"]]
 
 
-def _plot(effects: List[Dict[str, object]], out_dir: str, quick: bool) -> Optional[str]:
+def _plot(effects: List[Dict[str, object]], out_dir: str, quick: bool,
+          fresh: Optional[Dict[str, object]] = None) -> Optional[str]:
     """Bars: the points each technique buys at 8K (mean over seeds), with the larger of the
     two arms' spreads as the error bar; only arms whose every seed (and the recipe's) has
-    trained (the table shows the others' seeds so far)."""
+    trained (the table shows the others' seeds so far). A hollow diamond: the figure on the
+    fresh seeds (:func:`fresh_check`), where both arms have every fresh seed."""
     shown = plotted(effects)
     if not shown:
         return None
@@ -175,9 +251,16 @@ def _plot(effects: List[Dict[str, object]], out_dir: str, quick: bool) -> Option
     ax.set_yticklabels([("- " if e["kind"] == "removed" else "") + e["technique"]
                         for e in shown], fontsize=7)
     ax.axvline(0, color="#333333", linewidth=0.8)
-    ax.set_xlabel("test top-1 points the technique buys at 8K (mean over seeds; bar: spread)")
+    on_fresh = {r["arm"]: r["fresh_buys_pts"] for r in (fresh or {}).get("rows", [])}
+    marks = [(on_fresh.get(e["arm"]), y) for e, y in zip(shown, ys)]
+    marks = [(x, y) for x, y in marks if x is not None]
+    if marks:
+        ax.plot([x for x, _ in marks], [y for _, y in marks], marker="D", markerfacecolor="none",
+                color="#333333", linestyle="none", label="on fresh seeds (no choice read them)")
+    ax.set_xlabel("test top-1 points the technique buys at 8K (mean over seeds; bar: spread)",
+                  fontsize=8)
     return sr.finish(p, fig, ax, "What each technique buys (recipe with it - without it)",
-                     quick, None, os.path.join(out_dir, f"bench_{NAME}.png"))
+                     quick, "lower right", os.path.join(out_dir, f"bench_{NAME}.png"))
 
 
 @outputs.together()
@@ -193,6 +276,9 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
     acc = [sr.grids_line(summaries),
            common.acceptance("yasgd recipe at 8K within 1.0 point of the batch-256 baseline "
                              "(means over seeds, recipe - baseline)", rb, -1.0, unit=" pts")]
+    fresh = fresh_check(summaries, t["effects"])
+    if fresh["checks"]:
+        acc.append(fresh_line(fresh))
     notes = [sr.method_note(study.scale),
              f"Scale: {study.scale.model} of width {study.scale.width} (strided stem) on "
              f"{study.scale.limit:,} training images, {study.scale.epochs} epochs every run, "
@@ -212,9 +298,11 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
         done = sum(1 for s in summaries if s["complete"])
         notes.insert(0, f"PARTIAL: {done} of {len(summaries)} arms complete; at least "
                         f"{comp['runs_left_at_least']} run(s) to go.")
-    plot = None if progress else _plot(t["effects"], out_dir, quick)
+    plot = None if progress else _plot(t["effects"], out_dir, quick, fresh)
+    table = t["table"] + ("\n\n" + FRESH_INTRO + "\n\n" + fresh_tables(fresh)
+                          if fresh["checks"] else "")
     paths = common.write_results(
-        out_dir, NAME, records, t["table"] + "\n\nEvery arm's LR search and seeds:\n\n"
+        out_dir, NAME, records, table + "\n\nEvery arm's LR search and seeds:\n\n"
         + sr.search_table(summaries), notes=notes,
         title="What each technique buys at 8K (yasgd bench ablation)",
         setup={"scale": dict(study.scale.__dict__), "arms": summaries, "compute": comp,
@@ -223,6 +311,7 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
         plots=[plot] if plot else [],
         extra={"seeds": sr.seeds_of(summaries), "recipe_minus_baseline_8k": rb,
                "effects": t["effects"], "best_on_validation": t["best_on_validation"],
+               "fresh": fresh,
                "partial": partial})
     if not progress:
         common.say(t["table"])

@@ -63,24 +63,17 @@ def summary_rows(summaries: Sequence[Dict[str, object]]) -> List[Dict[str, objec
     return out
 
 
-def _cell(mean: Optional[float], spread: Optional[float], lr: Optional[float]) -> str:
-    if mean is None:
-        return "pending"
-    return (f"{100 * mean:.2f}" + (f" ± {spread / 2:.2f}" if spread is not None else "")
-            + (f" (lr {lr:g})" if lr is not None else ""))
-
-
 def headline_table(summaries, rows, scale) -> str:
     base = next((s for s in summaries if s["arm"] == "baseline"), None)
     from yasgd.bench.study import geometry
     lines = [[str(BASELINE_BATCH), geometry(BASELINE_BATCH, scale.limit)[2] * scale.epochs,
-              _cell(base and base["mean_test_top1"], base and base["spread_pts"],
+              sr.cell(base and base["mean_test_top1"], base and base["spread_pts"],
                     base and base["best_lr"]), "", f"{len((base or {}).get('seeds') or [])}",
               "", ""]]
     for r in rows:
         lines.append([f"{r['batch']:,}", geometry(r["batch"], scale.limit)[2] * scale.epochs,
-                      _cell(r["sgd_mean"], r["sgd_spread_pts"], r["sgd_lr"]),
-                      _cell(r["recipe_mean"], r["recipe_spread_pts"], r["recipe_lr"]),
+                      sr.cell(r["sgd_mean"], r["sgd_spread_pts"], r["sgd_lr"]),
+                      sr.cell(r["recipe_mean"], r["recipe_spread_pts"], r["recipe_lr"]),
                       str(r["seeds"]), sr.pts(r["recipe_minus_baseline_pts"]),
                       sr.pts(r["recipe_minus_sgd_pts"])])
     return common.md_table(["batch", "steps", "SGD: test top-1 % (mean ± spread/2, LR)",
@@ -104,20 +97,7 @@ def fresh_check(summaries: Sequence[Dict[str, object]], scale) -> Dict[str, obje
     spreads (its seeds', its fresh seeds') of its mean, and each comparison keeps its sign.
     Pending (None) while any fresh run is still to train."""
     by = {s["arm"]: s for s in summaries if s.get("fresh_seeds_planned")}
-    arms = []
-    for s in by.values():
-        m, fm = s["mean_test_top1"], s["fresh_mean_test_top1"]
-        shift = None if m is None or fm is None else 100 * (fm - m)
-        # the larger of the two spreads (one fresh seed, as in --quick, has none of its own)
-        spreads = [x for x in (s["spread_pts"], s["fresh_spread_pts"]) if x is not None]
-        allowed = max(spreads) if spreads and shift is not None else None
-        arms.append({"arm": s["arm"], "label": s["label"], "batch": s["batch"],
-                     "lr": s["best_lr"], "seeds": s["seeds"], "fresh_seeds": s["fresh_seeds"],
-                     "mean": m, "spread_pts": s["spread_pts"],
-                     "fresh_test_top1_by_seed": s["fresh_test_top1_by_seed"], "fresh_mean": fm,
-                     "fresh_spread_pts": s["fresh_spread_pts"], "shift_pts": shift,
-                     "allowed_pts": allowed,
-                     "holds": None if shift is None or allowed is None else abs(shift) <= allowed})
+    arms = [sr.fresh_arm(s) for s in by.values()]
     at = {(s["optimizer"], s["batch"]): s for s in by.values() if s["arm"] != "baseline"}
     pairs = [(scale.big, "baseline", at.get(("lars", scale.big)), by.get("baseline"))]
     pairs += [(b, "SGD", at.get(("lars", b)), at.get(("sgd", b))) for b in (scale.big, scale.huge)]
@@ -131,44 +111,22 @@ def fresh_check(summaries: Sequence[Dict[str, object]], scale) -> Dict[str, obje
                       "fresh_larger_spread_pts": sr.larger_spread(a, b, key="fresh_spread_pts"),
                       "holds": None if rec is None or fresh is None else rec * fresh > 0})
     checks = [x["holds"] for x in arms + comps]
-    return {"arms": arms, "comparisons": comps, "passed": sum(1 for c in checks if c),
-            "checks": len(checks), "pending": None in checks}
+    return {"arms": arms, "comparisons": comps} | sr.tally(checks)
 
 
 def fresh_line(fresh: Dict[str, object]) -> Dict[str, object]:
-    line = common.acceptance("the headline on fresh seeds (no choice read them; the rule fixed "
-                             "before their runs): each compared arm's fresh mean within the "
-                             "larger of its two seed spreads of its mean, and each comparison's "
-                             "sign unchanged", fresh["passed"], fresh["checks"], unit=" checks",
-                             count=True)
-    if fresh["pending"] or not fresh["checks"]:
-        line["met"] = None
-    return line
-
-
-def _seeds(xs: Sequence[int]) -> str:
-    return ", ".join(str(x) for x in xs)
-
-
-def _holds(x: Optional[bool]) -> str:
-    return {True: "yes", False: "**no**", None: "pending"}[x]
+    return sr.fresh_line("the headline on fresh seeds (no choice read them; the rule fixed "
+                         "before their runs): each compared arm's fresh mean within the larger "
+                         "of its two seed spreads of its mean, and each comparison's sign "
+                         "unchanged", fresh)
 
 
 def fresh_tables(fresh: Dict[str, object]) -> str:
-    rows = [[a["label"], "" if a["lr"] is None else f"{a['lr']:g}", _seeds(a["seeds"]),
-             _cell(a["mean"], a["spread_pts"], None), _seeds(a["fresh_seeds"]),
-             ", ".join(sr.pct(t) for t in a["fresh_test_top1_by_seed"]),
-             _cell(a["fresh_mean"], a["fresh_spread_pts"], None), sr.pts(a["shift_pts"]),
-             sr.spread(a["allowed_pts"]), _holds(a["holds"])] for a in fresh["arms"]]
-    t1 = common.md_table(["arm", "LR", "seeds", "test top-1 % (mean ± spread/2)",
-                          "fresh seeds", "test top-1 % by fresh seed",
-                          "fresh: mean ± spread/2", "fresh - mean (pts)",
-                          "larger spread (pts)", "within"], rows, "lrrrrrrrrl")
     t2 = common.md_table(["comparison", "seeds of the table (pts)", "fresh seeds (pts)",
                           "same sign"],
                          [[c["comparison"], sr.pts(c["pts"]), sr.pts(c["fresh_pts"]),
-                           _holds(c["holds"])] for c in fresh["comparisons"]], "lrrl")
-    return t1 + "\n\n" + t2
+                           sr.holds(c["holds"])] for c in fresh["comparisons"]], "lrrl")
+    return sr.fresh_arm_table(fresh["arms"]) + "\n\n" + t2
 
 
 def acceptance(summaries, rows, scale, fresh: Optional[Dict[str, object]] = None

@@ -99,12 +99,17 @@ def largebatch_reading(rec: Records) -> str:
     return " ".join(out + _fresh_reading(d.get("fresh") or {}))
 
 
-def _fresh_reading(f: dict) -> List[str]:
-    """What the fresh seeds say of the table, in the terms of the rule they were judged by."""
+def _fresh_reading(f: dict, comparisons: Optional[List[dict]] = None,
+                   what: str = "each difference") -> List[str]:
+    """What the fresh seeds say of the table, in the terms of the rule they were judged by:
+    ``f`` a fresh check (``largebatch.fresh_check``, ``ablation.fresh_check``),
+    ``comparisons`` its differences (``f["comparisons"]`` unless given), each with its
+    figure on the table's seeds and on the fresh ones and its sign check (None: not checked)."""
     if not f.get("checks"):
         return []
     if f.get("pending"):
         return ["The check on fresh seeds is not complete yet."]
+    comps = f["comparisons"] if comparisons is None else comparisons
     seeds = sorted({x for a in f["arms"] for x in a["fresh_seeds"]})
     out = [f"On fresh seeds ({', '.join(map(str, seeds))}: no choice read them), "
            f"{f['passed']} of the {f['checks']} checks hold."]
@@ -113,14 +118,14 @@ def _fresh_reading(f: dict) -> List[str]:
     if moved:
         out.append("Beyond its seeds' spread, the mean of " + "; ".join(moved) + ".")
     flipped = [f"{c['comparison']} ({_pt(c['pts'])}, fresh {_pt(c['fresh_pts'])})"
-               for c in f["comparisons"] if not c["holds"]]
+               for c in comps if c["holds"] is False]
     if flipped:
         out.append("Sign changed: " + "; ".join(flipped) + ".")
-    out.append("On the fresh seeds, each difference beside the larger spread of its two arms' "
+    out.append(f"On the fresh seeds, {what} beside the larger spread of its two arms' "
                "fresh seeds: " + "; ".join(
                    f"{c['comparison']} {_pt(c['fresh_pts'])} "
                    f"({sr.spread(c.get('fresh_larger_spread_pts'))})"
-                   for c in f["comparisons"]) + ".")
+                   for c in comps) + ".")
     return out
 
 
@@ -134,29 +139,60 @@ def ablation_results(rec: Records) -> str:
         ab.tables(arms)["table"], "",
         "Every arm's LR search (validation top-1 of seed 0; the chosen point in bold) and its "
         "seeds (test top-1):", "", sr.search_table(arms), "",
-        common.acceptance_table(d["acceptance"]), ""] + _notes(d["notes"], skip=("Code version",))
-        + _recipe_fresh(d, rec.bench("largebatch"))
+        ] + ([ab.FRESH_INTRO, "", ab.fresh_tables(d["fresh"]), ""]
+             if (d.get("fresh") or {}).get("checks") else [])
+        + [common.acceptance_table(d["acceptance"]), ""] + _notes(d["notes"], skip=("Code version",))
+        + _ablation_fresh_reading(d)
         + [""] + _code_line(d, rec) + _plan_line(d, study_plan.ablation_arms)
         + ["", _hardware(d["hardware"]), ""] + plots)
 
 
-def _recipe_fresh(d: dict, lb: dict) -> List[str]:
-    """The ablation's recipe arm is the large-batch table's recipe at 8K (the same runs): its
-    spread on that table's fresh seeds, and the differences judged beyond the spread here
+def _rows_on_fresh(f: dict) -> List[str]:
+    """What a user reads off the technique rows on the fresh seeds: the rows the table judged
+    beyond the spread, their figure there; the rows beyond the fresh spread; and which way the
+    arms' means moved (the recipe's among them)."""
+    out = []
+    claimed = [f"{x['technique']} ({_pt(x['buys_pts'])}, fresh {_pt(x['fresh_buys_pts'])})"
+               for x in f["rows"] if x["beyond_spread"]]
+    if claimed:
+        out.append("Judged beyond the spread in the table, on the fresh seeds: "
+                   + "; ".join(claimed) + ".")
+    n = len(f["rows"])
+    shown = [x["technique"] for x in f["rows"] if x["fresh_beyond_spread"]]
+    out.append(f"Beyond the larger spread of its two arms' fresh seeds: {len(shown)} of the {n} "
+               "rows" + (f" ({'; '.join(shown)})." if shown else "."))
+    lower = sum(1 for a in f["arms"] if a["shift_pts"] < 0)
+    recipe = f["recipe"]["shift_pts"]
+    out.append(f"The fresh mean is below the mean on the table's seeds in {lower} of the {n} "
+               f"technique arms, and the recipe's is {_pt(recipe)} points from its own.")
+    return out
+
+
+def _ablation_fresh_reading(d: dict) -> List[str]:
+    """The technique rows on fresh seeds, in the terms of the rule they were judged by, then
+    the recipe's spread on its fresh seeds and the differences judged beyond the spread here
     that lie within it (each rests on the recipe's own seeds being as close as they were)."""
-    recipe = next((a for a in d["setup"]["arms"] if a.get("group") == "recipe"), None)
-    fresh = {a["arm"]: a for a in (lb.get("fresh") or {}).get("arms", [])}
-    f = fresh.get(recipe["arm"]) if recipe else None
-    if f is None or f.get("fresh_spread_pts") is None or f["mean"] != recipe["mean_test_top1"]:
+    f = d.get("fresh") or {}
+    if not f.get("checks"):
         return []
-    wide = f["fresh_spread_pts"]
-    seeds = ", ".join(map(str, f["fresh_seeds"]))
-    line = (f"The recipe's arm is the large-batch table's {f['label']} (the same runs). On "
-            f"that table's fresh seeds ({seeds}) its spread is {sr.spread(wide)} points, "
-            f"against {sr.spread(recipe['spread_pts'])} here.")
+    rows = [{"comparison": r["technique"], "pts": r["buys_pts"], "fresh_pts": r["fresh_buys_pts"],
+             "fresh_larger_spread_pts": r["fresh_larger_spread_pts"], "holds": r["holds"]}
+            for r in f["rows"]]
+    out = _fresh_reading(f, rows, "what each technique buys")
+    if not f.get("pending"):
+        out += _rows_on_fresh(f)
+    r = f["recipe"]
+    if r.get("fresh_spread_pts") is None:
+        return ["", " ".join(out)]
+    wide = r["fresh_spread_pts"]
+    line = (f"The recipe's spread on its fresh seeds ({', '.join(map(str, r['fresh_seeds']))}; "
+            f"the large-batch table's runs) is {sr.spread(wide)} points, against "
+            f"{sr.spread(r['spread_pts'])} on its seeds.")
+    checked = {x["arm"] for x in f["rows"]}
     inside = [f"{e['technique']} ({sr.pts(e['arm_minus_recipe_pts'])})" for e in d["effects"]
-              if e.get("beyond_spread") and abs(e["arm_minus_recipe_pts"]) <= wide]
+              if e.get("beyond_spread") and abs(e["arm_minus_recipe_pts"]) <= wide
+              and e["arm"] not in checked]
     if inside:
-        line += (" Judged beyond the spread here, but within the recipe's spread on those "
-                 "seeds: " + "; ".join(inside) + ".")
-    return ["", line]
+        line += (" Judged beyond the spread in the table, with no fresh seeds of their own, but "
+                 "within the recipe's spread on its fresh seeds: " + "; ".join(inside) + ".")
+    return ["", " ".join(out), "", line]

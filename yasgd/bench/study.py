@@ -138,7 +138,8 @@ class Search:
             "mean_test_top1": _mean_of_every(tests),
             "spread_pts": _spread_pts(tests),
             "val_spread_pts": _spread_pts(vals),
-            "complete": self.done,
+            # the arm's own figures are final (its grid and seeds; fresh seeds only check them)
+            "complete": self.best is not None and seeds_done == self.arm.seeds,
         } | (self._fresh_summary() if self.arm.fresh_seeds else {})
 
     def _fresh_summary(self) -> Dict[str, object]:

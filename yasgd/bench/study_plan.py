@@ -253,10 +253,12 @@ def ablation_arms(scale: Scale) -> List[Arm]:
     """``bench ablation``: the baseline, the recipe at 8K, one arm per technique, then the
     tuning arms (on the paper's settings, then on the recipe)."""
     b = scale.big
-    # the ablation compares on its own seeds: the headline's fresh seeds are not its runs
+    # fresh seeds for the recipe and the technique rows (the recipe's are the headline's runs);
+    # the baseline's row has no difference to check, and the tuning arms are a search
+    fresh = scale.fresh_seeds
     arms = [dataclasses.replace(headline_arms(scale)[0], fresh_seeds=0),
             Arm(f"lars-{_batch_label(b).lower()}", f"yasgd recipe at {_batch_label(b)} (as shipped)",
-                b, "lars", LARS_CS, RECIPE, scale.seeds, "recipe")]
+                b, "lars", LARS_CS, RECIPE, scale.seeds, "recipe", fresh)]
     # each family of arms with the setting it starts from and the LARS grid it searches
     for family, base, cs in ((TECHNIQUES, RECIPE, LARS_CS),
                              (TUNING, RECIPE + PAPER_SETTINGS, PAPER_LARS_CS),
@@ -270,7 +272,8 @@ def ablation_arms(scale: Scale) -> List[Arm]:
                                    precise=max(1, PRECISE_BN_IMAGES // min(b, MICRO)))
                           for x in extra)
             arms.append(Arm(name, label, b, opt, SGD_BASES if opt == "sgd" else cs,
-                            base + extra, scale.seeds, kind))
+                            base + extra, scale.seeds, kind,
+                            fresh if family is TECHNIQUES else 0))
     return arms
 
 

@@ -36,6 +36,67 @@ def larger_spread(*summaries: Optional[Dict[str, object]],
     return None if not vals or None in vals else max(vals)
 
 
+def cell(mean: Optional[float], spread: Optional[float], lr: Optional[float] = None) -> str:
+    """A mean (%) with half its spread and, when given, the LR: "90.68 ± 0.04 (lr 8)"."""
+    if mean is None:
+        return "pending"
+    return (f"{100 * mean:.2f}" + (f" ± {spread / 2:.2f}" if spread is not None else "")
+            + (f" (lr {lr:g})" if lr is not None else ""))
+
+
+def holds(x: Optional[bool]) -> str:
+    return {True: "yes", False: "**no**", None: "pending"}[x]
+
+
+def fresh_arm(s: Dict[str, object]) -> Dict[str, object]:
+    """An arm on its fresh seeds (seeds no choice read), by the rule fixed before their runs:
+    its fresh mean lies within the larger of its two spreads (its seeds', its fresh seeds')
+    of its mean. ``holds`` is None while a fresh run is still to train."""
+    m, fm = s["mean_test_top1"], s["fresh_mean_test_top1"]
+    shift = None if m is None or fm is None else 100 * (fm - m)
+    # the larger of the two spreads (one fresh seed, as in --quick, has none of its own)
+    spreads = [x for x in (s["spread_pts"], s["fresh_spread_pts"]) if x is not None]
+    allowed = max(spreads) if spreads and shift is not None else None
+    return {"arm": s["arm"], "label": s["label"], "batch": s["batch"],
+            "lr": s["best_lr"], "seeds": s["seeds"], "fresh_seeds": s["fresh_seeds"],
+            "mean": m, "spread_pts": s["spread_pts"],
+            "fresh_test_top1_by_seed": s["fresh_test_top1_by_seed"], "fresh_mean": fm,
+            "fresh_spread_pts": s["fresh_spread_pts"], "shift_pts": shift,
+            "allowed_pts": allowed,
+            "holds": None if shift is None or allowed is None else abs(shift) <= allowed}
+
+
+def tally(checks: Sequence[Optional[bool]]) -> Dict[str, object]:
+    """A fresh-seed check's count: how many hold, of how many; pending while any is None."""
+    return {"passed": sum(1 for c in checks if c), "checks": len(checks),
+            "pending": None in checks}
+
+
+def fresh_line(criterion: str, fresh: Dict[str, object]) -> Dict[str, object]:
+    """The acceptance line of a fresh-seed check (``passed`` of ``checks``): open (met None)
+    while a fresh run is still to train."""
+    line = common.acceptance(criterion, fresh["passed"], fresh["checks"], unit=" checks",
+                             count=True)
+    if fresh["pending"] or not fresh["checks"]:
+        line["met"] = None
+    return line
+
+
+def fresh_arm_table(arms: Sequence[Dict[str, object]]) -> str:
+    """One row per :func:`fresh_arm`: its seeds and fresh seeds, the shift and the check."""
+    def seeds(xs: Sequence[int]) -> str:
+        return ", ".join(str(x) for x in xs)
+    rows = [[a["label"], "" if a["lr"] is None else f"{a['lr']:g}", seeds(a["seeds"]),
+             cell(a["mean"], a["spread_pts"]), seeds(a["fresh_seeds"]),
+             ", ".join(pct(t) for t in a["fresh_test_top1_by_seed"]),
+             cell(a["fresh_mean"], a["fresh_spread_pts"]), pts(a["shift_pts"]),
+             spread(a["allowed_pts"]), holds(a["holds"])] for a in arms]
+    return common.md_table(["arm", "LR", "seeds", "test top-1 % (mean ± spread/2)",
+                            "fresh seeds", "test top-1 % by fresh seed",
+                            "fresh: mean ± spread/2", "fresh - mean (pts)",
+                            "larger spread (pts)", "within"], rows, "lrrrrrrrrl")
+
+
 def search_table(summaries: Sequence[Dict[str, object]]) -> str:
     """One row per arm: every grid point's validation top-1 (the chosen one in bold, a grid
     whose best is at an edge flagged), the test top-1 of each seed at the chosen LR, the mean
