@@ -5,6 +5,8 @@
 # Exit status 0 when every script is clean.
 set -euo pipefail
 
+# it takes no arguments: one given is refused rather than ignored
+[ "$#" -eq 0 ] || { echo "jobs/check.sh: error: takes no arguments, got: $* (CONFIG=... and PYTHON=... pick the config and the interpreter)" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 command -v shellcheck >/dev/null 2>&1 || { echo "jobs/check.sh: shellcheck not found (apt-get install shellcheck)" >&2; exit 2; }
 PY=${PYTHON:-.venv/bin/python}

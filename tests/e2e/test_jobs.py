@@ -160,6 +160,12 @@ def test_shellcheck_jobs_and_rendered_scripts():
                  "common.sh", "check.sh"):
         assert name in r.stdout, r.stdout
     assert "jobs-check: ok" in r.stdout
+    # an argument (it takes none) is refused with one line before anything runs
+    r = run_bounded(["bash", "jobs/check.sh", "--frob"], cwd=REPO, env=dict(os.environ),
+                    timeout=60)
+    assert r.returncode == 2, r.stdout            # stdout and stderr together
+    assert r.stdout.startswith("jobs/check.sh: error: takes no arguments, got: --frob") \
+        and r.stdout.count("\n") == 1, r.stdout
 
 
 def test_render_fills_directives_and_validates(tmp_path):
