@@ -153,8 +153,8 @@ def with_tuning_defaults(env: dict) -> dict:
 def parser(prog: str = "python -m yasgd.launch") -> argparse.ArgumentParser:
     """The launcher's arguments (``yasgd launch`` gives ``prog="yasgd launch"``)."""
     p = usage.Parser(prog=prog, description=__doc__.splitlines()[0],
-                usage=f"{prog} -np N [--timeout S] [--gloo] [--grace S] [--stop-timeout S] "
-                      "[--no-tuning-defaults] -- COMMAND ...")
+                     usage=f"{prog} -np N [--timeout S] [--gloo] [--grace S] "
+                           "[--stop-timeout S] [--no-tuning-defaults] -- COMMAND ...")
     p.add_argument("-np", type=argtypes.integer(1), default=2, metavar="N",
                    help="ranks (default: 2)")
     p.add_argument("--timeout", type=argtypes.seconds(), default=None, metavar="S",

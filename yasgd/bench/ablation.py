@@ -36,14 +36,6 @@ from yasgd.bench.study_run import Study, compute, run_bench, table_hardware
 NAME = "ablation"
 
 
-def _delta(a: Dict[str, object], b: Optional[Dict[str, object]],
-           key: str = "mean_test_top1") -> Optional[float]:
-    """a - b in points on ``key`` (the test mean unless told); None while either is unknown."""
-    if b is None or a.get(key) is None or b.get(key) is None:
-        return None
-    return 100 * (a[key] - b[key])
-
-
 def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
     """The ablation table: per technique, the arm's mean and spread and the points the
     technique buys (recipe - arm where the arm removes it, arm - recipe where it adds it)."""
@@ -53,7 +45,7 @@ def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
     rows, effects = [], []
     for s in summaries:
         compared = s["group"] in ("removed", "added", "tuning")
-        d = _delta(s, recipe) if compared else None
+        d = sr.diff_pts(s, recipe) if compared else None
         # tuning arms are settings tried, not a technique removed or added: no "buys"
         buys = (None if d is None or s["group"] == "tuning"
                 else -d if s["group"] == "removed" else d)
@@ -81,7 +73,7 @@ def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
                              "larger spread of the two (pts)", "beyond it"],
                             rows, "llrrrrrrrrl")
     return {"table": table, "effects": effects,
-            "recipe_minus_baseline_8k": _delta(recipe, base) if recipe else None,
+            "recipe_minus_baseline_8k": sr.diff_pts(recipe, base) if recipe else None,
             "best_on_validation": best_on_validation(summaries)}
 
 
@@ -110,7 +102,7 @@ def fresh_check(summaries: Sequence[Dict[str, object]],
     rows = []
     for s in planned:
         sign = -1 if s["group"] == "removed" else 1
-        fresh = _delta(s, recipe, "fresh_mean_test_top1")
+        fresh = sr.diff_pts(s, recipe, "fresh_mean_test_top1")
         buys, fresh_buys = effects[s["arm"]]["technique_buys_pts"], _scaled(fresh, sign)
         wide = sr.larger_spread(s, recipe, key="fresh_spread_pts")
         beyond = effects[s["arm"]]["beyond_spread"]
@@ -142,7 +134,7 @@ def fresh_line(fresh: Dict[str, object]) -> Dict[str, object]:
 
 def fresh_tables(fresh: Dict[str, object]) -> str:
     r = fresh["recipe"]
-    head = (f"The recipe on fresh seeds {', '.join(map(str, r['fresh_seeds']))}: "
+    head = (f"The recipe on fresh seeds {sr.seeds_text(r['fresh_seeds'])}: "
             f"{sr.cell(r['fresh_mean'], r['fresh_spread_pts'])} (on its seeds: "
             f"{sr.cell(r['mean'], r['spread_pts'])}).")
     t2 = common.md_table(
@@ -183,17 +175,17 @@ def best_on_validation(summaries: Sequence[Dict[str, object]]) -> Optional[Dict[
 
     best = max(cands, key=rank)
     beyond = [s for s in cands if s is not recipe and spread(s) is not None
-              and _delta(s, recipe, "mean_val_top1") > spread(s)]
+              and sr.diff_pts(s, recipe, "mean_val_top1") > spread(s)]
     adopt = max(beyond, key=rank) if beyond else None
     return {"arm": best["arm"], "label": best["label"],
             "mean_val_top1": best["mean_val_top1"],
             "recipe_mean_val_top1": recipe["mean_val_top1"],
-            "arm_minus_recipe_val_pts": _delta(best, recipe, "mean_val_top1"),
+            "arm_minus_recipe_val_pts": sr.diff_pts(best, recipe, "mean_val_top1"),
             "larger_val_spread_pts": None if best is recipe else spread(best),
             "adopt": None if adopt is None else adopt["arm"],
             "adopt_label": None if adopt is None else adopt["label"],
             "adopt_minus_recipe_val_pts": None if adopt is None
-            else _delta(adopt, recipe, "mean_val_top1"),
+            else sr.diff_pts(adopt, recipe, "mean_val_top1"),
             "adopt_larger_val_spread_pts": None if adopt is None else spread(adopt),
             "arms_compared": len(cands) - 1}
 

@@ -86,11 +86,6 @@ FRESH_INTRO = ("The compared arms on fresh seeds, at the LR each chose (test top
                "table's figures out of sample:")
 
 
-def _diff(a: Optional[dict], b: Optional[dict], key: str) -> Optional[float]:
-    x, y = (a or {}).get(key), (b or {}).get(key)
-    return None if x is None or y is None else 100 * (x - y)
-
-
 def fresh_check(summaries: Sequence[Dict[str, object]], scale) -> Dict[str, object]:
     """The headline on the compared arms' fresh seeds (seeds no choice read), by the rule
     fixed before their runs: each arm's fresh mean lies within the larger of its two
@@ -105,7 +100,7 @@ def fresh_check(summaries: Sequence[Dict[str, object]], scale) -> Dict[str, obje
     for batch, against, a, b in pairs:
         if a is None or b is None:
             continue
-        rec, fresh = _diff(a, b, "mean_test_top1"), _diff(a, b, "fresh_mean_test_top1")
+        rec, fresh = sr.diff_pts(a, b), sr.diff_pts(a, b, "fresh_mean_test_top1")
         comps.append({"comparison": f"recipe - {against} at {_batch_label(batch)}",
                       "batch": batch, "against": against.lower(), "pts": rec, "fresh_pts": fresh,
                       "fresh_larger_spread_pts": sr.larger_spread(a, b, key="fresh_spread_pts"),

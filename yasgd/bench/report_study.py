@@ -111,7 +111,7 @@ def _fresh_reading(f: dict, comparisons: Optional[List[dict]] = None,
         return ["The check on fresh seeds is not complete yet."]
     comps = f["comparisons"] if comparisons is None else comparisons
     seeds = sorted({x for a in f["arms"] for x in a["fresh_seeds"]})
-    out = [f"On fresh seeds ({', '.join(map(str, seeds))}: no choice read them), "
+    out = [f"On fresh seeds ({sr.seeds_text(seeds)}: no choice read them), "
            f"{f['passed']} of the {f['checks']} checks hold."]
     moved = [f"{a['label']} ({_pt(a['shift_pts'])} against a larger spread of "
              f"{sr.spread(a['allowed_pts'])})" for a in f["arms"] if not a["holds"]]
@@ -185,7 +185,7 @@ def _ablation_fresh_reading(d: dict) -> List[str]:
     if r.get("fresh_spread_pts") is None:
         return ["", " ".join(out)]
     wide = r["fresh_spread_pts"]
-    line = (f"The recipe's spread on its fresh seeds ({', '.join(map(str, r['fresh_seeds']))}; "
+    line = (f"The recipe's spread on its fresh seeds ({sr.seeds_text(r['fresh_seeds'])}; "
             f"the large-batch table's runs) is {sr.spread(wide)} points, against "
             f"{sr.spread(r['spread_pts'])} on its seeds.")
     checked = {x["arm"] for x in f["rows"]}

@@ -34,7 +34,7 @@ class Scale:
     seeds: int                # seeds of the arms the acceptance compares
     run_timeout_s: float
     eval_limit: int = 0       # evaluate on the first N images of each set only (0 = all)
-    fresh_seeds: int = 0      # the headline's compared arms: seeds no choice reads (a check)
+    fresh_seeds: int = 0      # seeds no choice reads (a check): the compared and technique arms
     model: str = "resnet8"
     stem_stride: int = 2
 

@@ -36,6 +36,17 @@ def larger_spread(*summaries: Optional[Dict[str, object]],
     return None if not vals or None in vals else max(vals)
 
 
+def diff_pts(a: Optional[Dict[str, object]], b: Optional[Dict[str, object]],
+             key: str = "mean_test_top1") -> Optional[float]:
+    """a - b in points on ``key`` (the test mean unless told); None while either is unknown."""
+    x, y = (a or {}).get(key), (b or {}).get(key)
+    return None if x is None or y is None else 100 * (x - y)
+
+
+def seeds_text(xs: Sequence[int]) -> str:
+    return ", ".join(str(x) for x in xs)
+
+
 def cell(mean: Optional[float], spread: Optional[float], lr: Optional[float] = None) -> str:
     """A mean (%) with half its spread and, when given, the LR: "90.68 ± 0.04 (lr 8)"."""
     if mean is None:
@@ -84,10 +95,8 @@ def fresh_line(criterion: str, fresh: Dict[str, object]) -> Dict[str, object]:
 
 def fresh_arm_table(arms: Sequence[Dict[str, object]]) -> str:
     """One row per :func:`fresh_arm`: its seeds and fresh seeds, the shift and the check."""
-    def seeds(xs: Sequence[int]) -> str:
-        return ", ".join(str(x) for x in xs)
-    rows = [[a["label"], "" if a["lr"] is None else f"{a['lr']:g}", seeds(a["seeds"]),
-             cell(a["mean"], a["spread_pts"]), seeds(a["fresh_seeds"]),
+    rows = [[a["label"], "" if a["lr"] is None else f"{a['lr']:g}", seeds_text(a["seeds"]),
+             cell(a["mean"], a["spread_pts"]), seeds_text(a["fresh_seeds"]),
              ", ".join(pct(t) for t in a["fresh_test_top1_by_seed"]),
              cell(a["fresh_mean"], a["fresh_spread_pts"]), pts(a["shift_pts"]),
              spread(a["allowed_pts"]), holds(a["holds"])] for a in arms]
