@@ -111,6 +111,12 @@ def test_ablation_quick_resumes_after_sigterm_and_shares_runs_with_largebatch(tm
     assert row["fresh_buys_pts"] == pytest.approx(fresh_diff, abs=1e-9)
     assert row["buys_pts"] == pytest.approx(-100 * (by["no-warmup"]["mean_test_top1"]
                                                     - by["lars-1k"]["mean_test_top1"]), abs=1e-9)
+    # the two arms with a fresh seed, read seed by seed from the runs that trained
+    se = fa["seed_effects"]
+    assert se["arms"] == ["lars-1k", "no-warmup"] and se["seeds"] + se["fresh_seeds"] == [0, 1, 2]
+    tests = [by[a]["test_top1_by_seed"] + by[a]["fresh_test_top1_by_seed"] for a in se["arms"]]
+    assert se["mean_by_seed"] == pytest.approx([50 * (x + y) for x, y in zip(*tests)], abs=1e-9)
+    assert "| 2 | fresh (no choice read it) |" in (out / "bench_ablation.md").read_text()
     line = d["acceptance"][-1]
     assert line["criterion"].startswith("the technique rows on fresh seeds")
     assert (line["value"], line["met"]) == (fa["passed"], fa["passed"] == fa["checks"])

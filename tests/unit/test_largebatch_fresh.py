@@ -127,6 +127,11 @@ def test_fresh_check_applies_the_rule_fixed_before_the_runs():
     assert "| 91.90 ± 0.10 | 3, 4, 5 | 91.70, 91.80, 91.90 | 91.80 ± 0.10 | -0.10 | 0.20 | yes |" \
         in text
     assert "| recipe - SGD at 16K | +2.00 | -0.50 | **no** |" in text
+    # the five arms read together, seed by seed (yasgd.bench.seed_effects): seed 0's mean
+    # over them is (91.8 + 90.6 + 88.0 + 89.0 + 87.0) / 5
+    se = f["seed_effects"]
+    assert se["arms"] == list(HAND) and se["mean_by_seed"][0] == pytest.approx(89.28)
+    assert "| 0 | the table's; its validation run chose each LR | 89.28 |" in text
     from yasgd.bench import report_study
     said = " ".join(report_study._fresh_reading(f))
     assert said == (
@@ -236,6 +241,9 @@ def test_the_ablation_fresh_check_applies_the_rule_fixed_before_the_runs():
                            "90.70 ± 0.20).")
     assert "| no-warmup | +0.20 | no | -0.90 | 0.80 | yes | n/a |" in text
     assert "| aug | -2.60 | yes | +0.40 | 0.80 | no | **no** |" in text
+    # the recipe and the technique arms read together, seed by seed; never a tuning arm
+    assert f["seed_effects"]["arms"] == ["lars-8k", "no-ls", "no-warmup", "aug"]
+    assert "mean of the 4 arms (test top-1 %)" in text
     assert "| no-ls | 2.8284 | 0, 1, 2 | 89.60 ± 0.10 | 3, 4, 5 | 89.40, 89.50, 89.60 | " \
            "89.50 ± 0.10 | -0.10 | 0.20 | yes |" in text
     # the page's reading, from the record as the JSON holds it

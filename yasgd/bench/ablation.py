@@ -29,7 +29,7 @@ import sys
 from typing import Dict, List, Optional, Sequence
 
 from yasgd import outputs
-from yasgd.bench import common, study_report as sr
+from yasgd.bench import common, seed_effects, study_report as sr
 from yasgd.bench.study_plan import FULL, QUICK, ablation_arms, select
 from yasgd.bench.study_run import Study, compute, run_bench, table_hardware
 
@@ -118,7 +118,8 @@ def fresh_check(summaries: Sequence[Dict[str, object]],
                      "holds": buys * fresh_buys > 0 if known and beyond else None})
     arms = [sr.fresh_arm(s) for s in planned]
     checks = [a["holds"] for a in arms] + [r["holds"] for r in rows if r["checked"]]
-    return {"recipe": sr.fresh_arm(recipe), "arms": arms, "rows": rows} | sr.tally(checks)
+    return ({"recipe": sr.fresh_arm(recipe), "arms": arms, "rows": rows,
+             "seed_effects": seed_effects.seed_effects([recipe] + planned)} | sr.tally(checks))
 
 
 def _scaled(x: Optional[float], sign: int) -> Optional[float]:
@@ -144,7 +145,8 @@ def fresh_tables(fresh: Dict[str, object]) -> str:
           sr.pts(x["fresh_buys_pts"]), sr.spread(x["fresh_larger_spread_pts"]),
           _yes(x["fresh_beyond_spread"]), sr.holds(x["holds"]) if x["checked"] else "n/a"]
          for x in fresh["rows"]], "lrlrrll")
-    return head + "\n\n" + sr.fresh_arm_table(fresh["arms"]) + "\n\n" + t2
+    return (head + "\n\n" + sr.fresh_arm_table(fresh["arms"]) + "\n\n" + t2
+            + seed_effects.appended(fresh))
 
 
 def _yes(x: Optional[bool]) -> str:

@@ -34,7 +34,7 @@ import sys
 from typing import Dict, List, Optional, Sequence
 
 from yasgd import outputs
-from yasgd.bench import common, study_report as sr
+from yasgd.bench import common, seed_effects, study_report as sr
 from yasgd.bench.largebatch_plots import plot_accuracy, plot_epochs
 from yasgd.bench.study import BASELINE_BATCH
 from yasgd.bench.study_plan import FULL, QUICK, _batch_label, headline_arms, recipe_text, select
@@ -106,7 +106,8 @@ def fresh_check(summaries: Sequence[Dict[str, object]], scale) -> Dict[str, obje
                       "fresh_larger_spread_pts": sr.larger_spread(a, b, key="fresh_spread_pts"),
                       "holds": None if rec is None or fresh is None else rec * fresh > 0})
     checks = [x["holds"] for x in arms + comps]
-    return {"arms": arms, "comparisons": comps} | sr.tally(checks)
+    return ({"arms": arms, "comparisons": comps,
+             "seed_effects": seed_effects.seed_effects(list(by.values()))} | sr.tally(checks))
 
 
 def fresh_line(fresh: Dict[str, object]) -> Dict[str, object]:
@@ -121,7 +122,7 @@ def fresh_tables(fresh: Dict[str, object]) -> str:
                           "same sign"],
                          [[c["comparison"], sr.pts(c["pts"]), sr.pts(c["fresh_pts"]),
                            sr.holds(c["holds"])] for c in fresh["comparisons"]], "lrrl")
-    return sr.fresh_arm_table(fresh["arms"]) + "\n\n" + t2
+    return sr.fresh_arm_table(fresh["arms"]) + "\n\n" + t2 + seed_effects.appended(fresh)
 
 
 def acceptance(summaries, rows, scale, fresh: Optional[Dict[str, object]] = None
