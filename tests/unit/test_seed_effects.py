@@ -104,7 +104,8 @@ def test_the_paragraph_says_what_the_record_holds():
     assert "| 0 | the table's; its validation run chose each LR | 90.43 | +0.60 |" in text
     assert "| 4 | fresh (no choice read it) | 89.33 | -0.50 |" in text
     assert "are shared across the arms beyond chance: p = 0.0001 by 10,000 permutations" in text
-    assert "move the arms by -0.80 points on average, 100 % of the arms' mean squared" in text
+    assert "is -0.80 points on average over the arms; that common shift is 100 % of the " \
+           "arms' mean squared shift" in text
     assert "Seed 0, whose validation run chose each LR, is +0.30 points from the mean of " \
            "seeds 1, 2" in text
     flat = se.seed_effects(_summaries([[89.0, 90.0, 91.0, 90.0], [90.0, 91.0, 89.0, 90.0]],

@@ -97,7 +97,8 @@ def reading(se: Optional[Dict[str, object]]) -> List[str]:
         return []
     p = f"{se['p']:.4f}".rstrip("0").rstrip(".")
     share = ("" if se["shift_share"] is None else
-             f", {100 * se['shift_share']:.0f} % of the arms' mean squared shift")
+             f"; that common shift is {100 * se['shift_share']:.0f} % of the arms' mean squared "
+             f"shift")
     others = sr.seeds_text(se["seeds"][1:])
     return [
         f"Read after the fresh seeds were seen, not a check fixed before them: the {len(se['arms'])}"
@@ -108,8 +109,8 @@ def reading(se: Optional[Dict[str, object]]) -> List[str]:
         + f"shared across the arms beyond chance: p = {p} by {se['permutations']:,} permutations "
         f"of each arm's seeds ({se['reached']:,} reached the observed statistic; shared below "
         f"{se['alpha']:g}).",
-        f"The fresh seeds move the arms by {sr.pts(se['common_shift_pts'])} points on average"
-        f"{share}. Seed {se['choice_seed']}, whose validation run chose each LR, is "
+        f"An arm's shift (its fresh mean minus its mean on the table's seeds) is "
+        f"{sr.pts(se['common_shift_pts'])} points on average over the arms{share}. Seed {se['choice_seed']}, whose validation run chose each LR, is "
         f"{sr.pts(se['choice_seed_lead_pts'])} points from the mean of seeds {others} on "
         f"average over the arms; the choice's optimism would make this positive."]
 
