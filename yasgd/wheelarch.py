@@ -27,6 +27,7 @@ import zipfile
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from yasgd import outputs, usage
+from yasgd.writable import file_problem
 
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mxnet_cuda_wheels.json")
 LIBRARY = "mxnet/libmxnet.so"
@@ -129,8 +130,34 @@ def render_block(rec: object = None, table: Optional[dict] = None) -> str:
 
 
 # -- the inspection that wrote the table ---------------------------------------------------
+#: what an earlier ``inspect --out`` looks like (file_problem replaces no other file)
+OURS = (lambda head: head.startswith(b'{\n "cuobjdump": {'),
+        "a table written by python -m yasgd.wheelarch inspect")
+
+
+def check_wheel(path: str) -> None:
+    """ValueError naming ``path`` unless :func:`inspect_wheel` can read it: a zip file named
+    ``DIST-VERSION-...`` that holds ``mxnet/libmxnet.so``."""
+    if not os.path.isfile(path):
+        raise ValueError(f"wheel {path}: " + ("not a regular file" if os.path.exists(path)
+                                              else "no such file"))
+    if len(os.path.basename(path).split("-")) < 2:
+        raise ValueError(f"wheel {path}: not a wheel's name (DIST-VERSION-...whl)")
+    try:
+        with zipfile.ZipFile(path) as z:
+            if LIBRARY not in z.namelist():
+                raise ValueError(f"wheel {path} holds no {LIBRARY}")
+    except zipfile.BadZipFile:
+        raise ValueError(f"wheel {path}: not a zip file, so not a wheel") from None
+    except OSError as e:
+        raise ValueError(f"wheel {path}: {e.strerror or e}") from None
+
+
 def _cuobjdump(tool: str, args: List[str]) -> str:
-    p = subprocess.run([tool] + args, capture_output=True, text=True)
+    try:
+        p = subprocess.run([tool] + args, capture_output=True, text=True)
+    except OSError as e:
+        raise RuntimeError(f"--cuobjdump {tool}: {e.strerror or e}") from None
     if p.returncode != 0:
         raise RuntimeError(f"{tool} {' '.join(args)}: exit {p.returncode}: {p.stderr.strip()}")
     return p.stdout
@@ -187,13 +214,22 @@ def main(argv: Optional[List[str]] = None) -> int:
             for cc in args.cc:
                 print(describe(cc))
             return 0
+        # what the user named, before any tool runs: each wheel, then the file --out replaces
+        for w in args.wheels:
+            check_wheel(w)
+        if not args.out:
+            raise ValueError("--out needs a file name (or - for stdout)")
+        problem = file_problem(args.out, *OURS) if args.out != "-" else None
+        if problem:
+            raise ValueError(f"--out {args.out}: {problem}")
         text = json.dumps(inspect(args.wheels, args.cuobjdump, args.package), indent=1) + "\n"
         if args.out == "-":
             sys.stdout.write(text)
         else:
             outputs.write_text(args.out, text)
     except (ValueError, KeyError, OSError, RuntimeError, zipfile.BadZipFile) as e:
-        # a bad capability, a missing or damaged wheel, no cuobjdump: one line, status 2
+        # a bad capability, a missing or damaged wheel, an --out that is not ours to replace,
+        # no cuobjdump: one line, status 2
         return usage.error(f"wheelarch {args.cmd}", e)
     return 0
 

@@ -189,10 +189,72 @@ def test_cli_prints_the_entry_and_refuses_bad_input(tmp_path):
            ((folder, "--gpus", "7"), "--gpus 7"),
            ((str(tmp_path / "bad"), "--gpus", "8"), "bad/result_0.txt: a line is not an MLPerf"),
            ((str(tmp_path / "bin"), "--gpus", "8"), "bin/result_0.txt: not a text log"),
-           ((str(tmp_path / "short"), "--gpus", "8"), "short/result_0.txt: the log has 0 run_stop")]
+           ((str(tmp_path / "short"), "--gpus", "8"),
+            "short/result_0.txt: the log has 0 run_stop")]
     for args, what in bad:
         p = _cli(*args)
         assert p.returncode == 2 and p.stdout == "", (args, p.stdout)
         lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("yasgd: error: simulate.mlperf_logs: "), p.stderr
+        assert len(lines) == 1, p.stderr
+        assert lines[0].startswith("yasgd: error: simulate.mlperf_logs: "), p.stderr
         assert what in lines[0] and "Traceback" not in p.stderr
+
+
+def _with(stamps, key, value=None, time=None):
+    """``stamps`` with the ``key`` stamp given the value ``value`` (or the time ``time``)."""
+    out = []
+    for s, k, v, m in stamps:
+        if k == key:
+            s, v = (s, value) if time is None else (time, v)
+        out.append((s, k, v, m))
+    return out
+
+
+DEEP = "[" * 200_000          # deeper than json's recursion limit
+
+
+BAD_LOGS = {   # case: (the log, what the error line says after the file's path)
+    "no-run-time": (_mllog(_with(_stamps(), "run_stop", time=1000.0)),
+                    "run_stop is not after run_start"),
+    # v0.5: run_start moved to run_final's time (5 + 1.5 + 25.2 + 2.0 + 0.25 + 0.05 s)
+    "v05-no-run-time": (_mlp05(_with(_stamps(t0=5.0), "run_start", time=34.0)),
+                        "run_final is not after run_start"),
+    "no-epoch-time": (_mllog(_stamps(epochs=(9.0, 0.0, 0.0, 0.0, 0.0))),
+                      "the median epoch length"),
+    "deep-mllog": (_mllog(_stamps()) + f":::MLLOG {DEEP}\n", "a line is not an MLPerf event"),
+    "deep-mll": (_mll(_stamps()) + f":::MLL 1.0 k: {DEEP}\n", "a line is not an MLPerf event"),
+    "nan-time": (_mllog(_stamps()).replace('"time_ms": 1000000', '"time_ms": NaN', 1),
+                 "a line is not an MLPerf event"),
+    "batch-negative": (_mllog(_with(_stamps(), "global_batch_size", -256)),
+                       "global_batch_size is -256"),
+    "batch-0": (_mllog(_with(_stamps(), "global_batch_size", 0)), "global_batch_size is 0"),
+    "batch-fraction": (_mllog(_with(_stamps(), "global_batch_size", 256.5)),
+                       "global_batch_size is 256.5"),
+    "batch-text": (_mllog(_with(_stamps(), "global_batch_size", "many")),
+                   "global_batch_size is 'many'"),
+    "samples-negative": (_mllog(_stamps(train_samples=-1)), "train_samples is -1"),
+    "binary": (b"\x7fELF\x02\x01\x01\x00" + b"\x00" * 64,
+               "not a text log (a NUL byte at byte 7)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_LOGS))
+def test_cli_refuses_a_log_it_cannot_read_naming_the_file(tmp_path, case):
+    # one line naming the file and what is wrong with it, exit 2, no figures and no traceback:
+    # a run of no length, epochs of no length, JSON nested past the parser, a time stamp that
+    # is no number, a batch or training set that is no positive integer, a binary file
+    log, what = BAD_LOGS[case]
+    path = tmp_path / "result_0.txt"
+    path.write_bytes(log if isinstance(log, bytes) else log.encode())
+    p = _cli(str(tmp_path), "--gpus", "8")
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout, p.stderr[-2000:])
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("yasgd: error: simulate.mlperf_logs: "), \
+        p.stderr[-2000:]
+    assert f"{path}: {what}" in lines[0] and "Traceback" not in p.stderr
+
+
+def test_a_v05_value_nested_past_the_parser_is_kept_as_text():
+    # v0.5 keeps a value that is not JSON as its text; so too one nested past json's limit
+    ev = ml.events(f":::MLPv0.5.0 resnet 1.5 (x.py:1) opt_name: {DEEP}\n")
+    assert ev == [{"time_s": 1.5, "key": "opt_name", "value": DEEP, "metadata": {}}]

@@ -1,4 +1,6 @@
 """yasgd.wheelarch: cuobjdump's listings, NVIDIA's compatibility rule, the shipped table."""
+import zipfile
+
 import pytest
 
 from yasgd import wheelarch
@@ -117,3 +119,73 @@ def test_block_lists_every_wheel_and_gpu():
     for name in ("mxnet-cu110==1.9.1", "mxnet-cu112==1.9.1", "mxnet-cu117==1.9.1",
                  "V100 (7.0)", "A100 (8.0)", "H100 (9.0)", "H200 (9.0)"):
         assert name in block
+
+
+# -- inspect's bad input: one line naming what is wrong, exit 2, before any tool runs ------
+def _inspect_setup(tmp_path):
+    """(a wheel holding a libmxnet.so, a stand-in cuobjdump that notes each run in ran.txt)."""
+    wheel = tmp_path / "mxnet_cu112-1.9.1-py3-none-manylinux2014_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(wheelarch.LIBRARY, b"\x7fELF not really")
+    tool = tmp_path / "cuobjdump"
+    tool.write_text(f'#!/bin/sh\necho "$1" >> {tmp_path / "ran.txt"}\n'
+                    'case "$1" in\n'
+                    '  --version) echo "Cuda compilation tools, release 13.5, V13.5.37";;\n'
+                    f'  --list-elf) echo "{ELF_PROBE.strip()}";;\n'
+                    'esac\n')
+    tool.chmod(0o755)
+    return str(wheel), str(tool)
+
+
+def _one_error_line(capsys):
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert out == "" and len(lines) == 1, (out, err)
+    assert lines[0].startswith("yasgd: error: wheelarch inspect: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_inspect_out_replaces_no_file_it_did_not_write(tmp_path, capsys):
+    wheel, tool = _inspect_setup(tmp_path)
+    notes = tmp_path / "notes.json"
+    notes.write_bytes(b'{"mine": "not a wheel table"}\n')
+    rc = wheelarch.main(["inspect", wheel, "--cuobjdump", tool, "--out", str(notes)])
+    line = _one_error_line(capsys)
+    assert rc == 2 and f"--out {notes}: {notes} exists and is not a table written by" in line
+    assert notes.read_bytes() == b'{"mine": "not a wheel table"}\n'
+    assert not (tmp_path / "ran.txt").exists()      # refused before cuobjdump ran
+
+
+def test_inspect_out_replaces_an_empty_file_or_its_own_table(tmp_path, capsys):
+    wheel, tool = _inspect_setup(tmp_path)
+    out = tmp_path / "table.json"
+    out.write_bytes(b"")
+    for _ in range(2):              # an empty file, then the table written the first time
+        assert wheelarch.main(["inspect", wheel, "--cuobjdump", tool, "--out", str(out)]) == 0
+        table = wheelarch.load_table(str(out))
+        assert [(w["name"], w["sass"], w["ptx"]) for w in table["wheels"]] == \
+            [("mxnet-cu112==1.9.1", ["sm_80"], [])]
+        assert table["cuobjdump"]["version"] == "13.5.37"
+    assert capsys.readouterr().err == ""
+    # the shipped table is such an output: inspect may write it again
+    assert wheelarch.OURS[0](open(wheelarch.TABLE, "rb").read(1 << 16))
+
+
+def test_inspect_names_a_bad_wheel_before_looking_for_cuobjdump(tmp_path, capsys):
+    wheel, tool = _inspect_setup(tmp_path)
+    (tmp_path / "text-1.0.whl").write_text("not a zip\n")
+    empty = tmp_path / "empty-1.0.whl"
+    with zipfile.ZipFile(empty, "w") as z:
+        z.writestr("mxnet/other.py", "")
+    no_tool = str(tmp_path / "no-such-cuobjdump")
+    for bad, what in [(tmp_path / "nope-1.0.whl", "no such file"),
+                      (tmp_path / "text-1.0.whl", "not a zip file"),
+                      (empty, f"holds no {wheelarch.LIBRARY}")]:
+        rc = wheelarch.main(["inspect", wheel, str(bad), "--cuobjdump", no_tool])
+        line = _one_error_line(capsys)
+        assert rc == 2 and f"wheel {bad}" in line and what in line, line
+        assert "no-such-cuobjdump" not in line
+    # with good wheels, a missing cuobjdump is named as the option that gave it
+    rc = wheelarch.main(["inspect", wheel, "--cuobjdump", no_tool])
+    assert rc == 2 and f"--cuobjdump {no_tool}: " in _one_error_line(capsys)

@@ -31,6 +31,22 @@ from yasgd.simulate.model import IMAGENET_TRAIN
 COVER = 0.8
 
 
+def _json(text: str):
+    """``text`` as JSON; nesting too deep for the parser is invalid JSON like any other
+    (ValueError), not a RecursionError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+
+
+def _finite(seconds: float) -> float:
+    """A time stamp, unless it is NaN or infinite (ValueError: not an MLPerf event)."""
+    if not math.isfinite(seconds):
+        raise ValueError(f"time stamp {seconds} is not a finite number")
+    return seconds
+
+
 def events(text: str) -> List[Dict]:
     """The MLPerf events of a log, each as {time_s, key, value, metadata}: ``:::MLLOG {json}``
     (v0.7 on, ``time_ms``), ``:::MLL <seconds> <key>: {json}`` (v0.6) and ``:::MLPv0.5.0
@@ -39,26 +55,26 @@ def events(text: str) -> List[Dict]:
     for line in text.splitlines():
         i = line.find(":::MLLOG ")
         if i >= 0:
-            e = json.loads(line[i + 9:])
-            out.append({"time_s": e["time_ms"] / 1000, "key": e["key"], "value": e.get("value"),
-                        "metadata": e.get("metadata") or {}})
+            e = _json(line[i + 9:])
+            out.append({"time_s": _finite(e["time_ms"] / 1000), "key": e["key"],
+                        "value": e.get("value"), "metadata": e.get("metadata") or {}})
             continue
         i = line.find(":::MLL ")
         if i >= 0:
             stamp, key, rest = line[i + 7:].split(" ", 2)
-            e = json.loads(rest)
-            out.append({"time_s": float(stamp), "key": key.rstrip(":"), "value": e.get("value"),
-                        "metadata": e.get("metadata") or {}})
+            e = _json(rest)
+            out.append({"time_s": _finite(float(stamp)), "key": key.rstrip(":"),
+                        "value": e.get("value"), "metadata": e.get("metadata") or {}})
             continue
         i = line.find(":::MLPv0.5.0 ")
         if i >= 0:
             parts = line[i:].split(None, 4)
             key, _, value = (parts[4] if len(parts) > 4 else "").partition(":")
             try:
-                value = json.loads(value) if value.strip() else None
+                value = _json(value) if value.strip() else None
             except ValueError:
                 value = value.strip()
-            out.append({"time_s": float(parts[2]), "key": key.strip(), "value": value,
+            out.append({"time_s": _finite(float(parts[2])), "key": key.strip(), "value": value,
                         "metadata": {}})
     return out
 
@@ -106,9 +122,16 @@ def _run(ev: List[Dict]) -> Dict:
     acc = [e["value"]["value"] if isinstance(e["value"], dict) else e["value"]
            for e in ev if e["key"] == "eval_accuracy"]
     run_s = stop - start
+    if not run_s > 0:
+        raise UsageError(f"{end_key} is not after run_start ({end_key} - run_start = "
+                         f"{run_s:g} s)")
+    median_epoch = round(statistics.median(epoch[1:]), 4)
+    if not median_epoch > 0:
+        raise UsageError(f"the median epoch length (the first left out) is {median_epoch:g} "
+                         "s, not positive")
     eval_median = statistics.median(b - a for a, b in evals) if evals else 0.0
     return {"run_s": round(run_s, 3), "epochs": count, "evals": len(acc),
-            "median_epoch_s": round(statistics.median(epoch[1:]), 4),
+            "median_epoch_s": median_epoch,
             "first_epoch_s": round(epoch[0], 3),
             "eval_s_median": round(eval_median, 4) if evals else None,
             "run_start_to_first_epoch_s": round(first - start, 3),
@@ -117,9 +140,23 @@ def _run(ev: List[Dict]) -> Dict:
 
 
 def _logged(ev: List[Dict], key: str) -> Optional[int]:
-    """The log's first value of ``key`` (``global_batch_size``, ``train_samples``), if any."""
+    """The log's first value of ``key`` (``global_batch_size``, ``train_samples``), if any: a
+    positive integer (a JSON number or a string of digits), else UsageError naming ``key``."""
     vals = [e["value"] for e in ev if e["key"] == key]
-    return int(vals[0]) if vals else None
+    if not vals:
+        return None
+    v = vals[0]
+    n = None
+    if isinstance(v, int) and not isinstance(v, bool):
+        n = v
+    elif isinstance(v, float) and v.is_integer():
+        n = int(v)
+    elif isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
+        n = int(v)
+    if n is None or n <= 0:
+        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+        raise UsageError(f"{key} is {shown}, not a positive integer")
+    return n
 
 
 def read_results(folder: str, gpus: int, batch: Optional[int] = None) -> Dict:
@@ -132,8 +169,11 @@ def read_results(folder: str, gpus: int, batch: Optional[int] = None) -> Dict:
     for name in files:
         path = os.path.join(folder, name)
         try:
-            with open(path) as f:
-                text = f.read()
+            with open(path, "rb") as f:
+                data = f.read()
+            if b"\0" in data:     # binary, though it may decode (as git and grep tell)
+                raise UsageError(f"{path}: not a text log (a NUL byte at byte {data.index(0)})")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise UsageError(f"{path}: not a text log ({e.reason} at byte {e.start})") from None
         try:
