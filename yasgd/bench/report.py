@@ -20,7 +20,9 @@ folder (``--results``, default ``examples/results``; a file missing there is rea
 
 ``--check`` rewrites nothing and exits 1 naming every block that differs from what the
 records give, and a SUMMARY.md that differs from them (:func:`yasgd.bench.summary.stale`);
-``tests/unit/test_docs.py`` does the same in memory.
+``tests/unit/test_docs.py`` does the same in memory. A JSON record that is no JSON object, or
+lacks or mistypes a field the blocks read (:data:`report_util.SHAPES`), is refused before
+anything is written: one line naming the file and the field, exit status 2.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ from yasgd.bench.report_bench import (bench_acceptance, bench_allreduce, bench_i
 from yasgd.bench.data_imagenet import loader_feeds_gpu
 from yasgd.bench.report_logs import RECORDED_LOGS, make_test, make_train, read_log, write_record
 from yasgd.bench.report_study import ablation_results, largebatch_reading, largebatch_results
-from yasgd.bench import summary
+from yasgd.bench import record_shape, summary
 from yasgd.bench.report_simulate import (prior_work, simulate_abci2019, simulate_abci3,
                                          simulate_constants, simulate_inputs,
                                          simulate_single_node, simulate_sweeps, simulate_tail,
@@ -156,6 +158,10 @@ def main(argv: List[str] = None) -> int:
                 recorded.append(read_log(which, log))
         except (OSError, ValueError) as e:
             return ap.fail(f"--make-{which}-log: {e}")
+    try:                           # every JSON record read and checked before anything is written
+        Records(args.results).check()
+    except record_shape.RecordError as e:
+        return ap.fail(e)
     for name, lines in recorded:
         write_record(args.results, name, lines)
     try:

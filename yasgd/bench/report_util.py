@@ -2,13 +2,13 @@
 helpers every renderer of :mod:`yasgd.bench.report` shares."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import textwrap
 from typing import Dict, List, Optional, Tuple
 
-from yasgd.bench import common, summary
+from yasgd.bench import common, record_shape, summary
+from yasgd.bench.record_shape import ANY, BOOL, INT, NUM, STR, ListOf, MapOf, Maybe
 
 REPO = common.REPO_ROOT
 DEFAULT_RESULTS = os.path.join(REPO, "examples", "results")
@@ -18,8 +18,105 @@ BEGIN = re.compile(r"<!-- yasgd:begin ([a-z0-9-]+) -->")
 BLOCK = re.compile(r"(<!-- yasgd:begin ([a-z0-9-]+) -->\n)(.*?)(<!-- yasgd:end \2 -->)", re.S)
 
 
+# -- what the renderers read of each record ----------------------------------------------
+# (shapes as yasgd.bench.record_shape.mismatch reads them: "key?" may be absent; ANY where a value
+# is only shown, never computed with)
+def _with(base: dict, fields: dict) -> dict:
+    """``base`` with ``fields`` added, each replacing the key of the same name ("x"/"x?")."""
+    names = {k.rstrip("?") for k in fields}
+    return {**{k: v for k, v in base.items() if k.rstrip("?") not in names}, **fields}
+
+
+#: an acceptance line as yasgd.bench.common.acceptance_table reads it
+_ACCEPTANCE = _with(summary.ACCEPTANCE_LINE, {"value": Maybe(NUM), "met": Maybe(BOOL)})
+#: what yasgd.bench.common.hardware_line reads of a record's hardware
+_HW = {"cpu_flags?": Maybe([STR]), "runs_on?": Maybe([ListOf(ANY, 2)])}
+_CORES = _with(_HW, {"cpu": ANY, "cores": ANY})
+_TIMED = {"median_ms": NUM, "samples_ms": ListOf(NUM, 1)}
+
+
+def _bench(fields: dict, acceptance: Optional[int] = None, hardware: dict = _HW,
+           notes: bool = True) -> dict:
+    """A bench_*.json: summary.BENCH, ``fields``, its hardware, its notes (where ``notes``)
+    and, where ``acceptance`` is given, a list of at least that many acceptance lines."""
+    more = {"notes": [STR], "hardware": hardware} if notes else {"hardware": hardware}
+    if acceptance is not None:
+        more["acceptance"] = ListOf(_ACCEPTANCE, acceptance)
+    return _with(summary.BENCH, {**fields, **more})
+
+
+_ARM = {"arm": STR, "label": ANY, "batch": INT, "complete?": ANY, "grid_lrs": [NUM],
+        "grid_val_top1": [Maybe(NUM)], "grid_state?": Maybe([ANY]), "best_lr": Maybe(NUM),
+        "best_inside_grid": ANY, "grid_capped": ANY, "test_top1_by_seed": [Maybe(NUM)],
+        "mean_test_top1": Maybe(NUM), "spread_pts": Maybe(NUM)}
+_FRESH = {"checks?": ANY, "pending?": ANY, "arms?": [{}], "rows?": [{}], "recipe?": {},
+          "comparisons?": [{"batch": ANY, "against": ANY, "fresh_pts?": Maybe(NUM)}]}
+_STUDY = {"setup": {"scale": {"big": INT, "huge": INT, "epochs": INT, "limit": INT,
+                              "name?": ANY},
+                    "compute": {"runs?": ANY, "runs_left_at_least?": ANY},
+                    "code": {"version?": ANY, "modules?": {}, "env?": {}}},
+          "fresh?": Maybe(_FRESH), "plots?": Maybe([STR]), "partial?": ANY}
+_PTS = ("sgd_mean", "sgd_spread_pts", "sgd_lr", "recipe_mean", "recipe_spread_pts", "recipe_lr",
+        "recipe_minus_baseline_pts", "recipe_minus_sgd_pts", "larger_spread_pts")
+
+#: What the renderers read of each JSON record (a file not named: a JSON object).
+SHAPES: Dict[str, object] = {
+    "paper.json": {
+        "yasgd": {"time_s": NUM, "gpus": INT, "batch": INT, "top1_pct": ANY,
+                  "images_per_s": NUM, "efficiency_pct": ANY, "cite": ANY},
+        "v100_latency_p99_ms": MapOf(NUM),
+        "prior_work": [{k: ANY for k in ("work", "batch", "hardware", "framework", "time",
+                                         "top1")}]},
+    "mlperf_logs.json": {"multi_node": [{
+        "case": STR, "repository": ANY, "results": ANY, "runs_used": [STR],
+        "score_runs": [STR], "median_epoch_s": ANY, "steps_per_epoch": ANY,
+        "per_gpu_batch": ANY, "epochs": NUM, "evals": NUM, "note?": ANY, "explanation?": ANY,
+        "runs": ListOf({"first_epoch_s": NUM, "median_epoch_s": NUM,
+                        "run_start_to_first_epoch_s": NUM}, 3)}]},
+    "bench_optimizer.json": _bench({
+        "records": ListOf(_with(_TIMED, {"arm": STR,
+                                         "update_rel_diff_vs_first_arm": Maybe(NUM)}), 2),
+        "setup": {"floats": NUM}, "memcpy_ms": NUM, "fused_gb_per_s": MapOf(NUM)}, 2,
+        _with(_CORES, {"mxnet": ANY, "horovod": ANY})),
+    "bench_allreduce.json": _bench({"records": [_with(_TIMED, {
+        "setting": STR, "way": STR, "bus_bandwidth_GBps": NUM, "ratio_to_copy_bound": NUM})]},
+        3),
+    "bench_overlap.json": _bench({"records": ListOf(_with(_TIMED, {"step": STR}), 1)}),
+    "bench_init.json": _bench({"records": ListOf(_with(_TIMED, {
+        "arm": ANY, "identical_on_all_ranks": ANY}), 1)}),
+    "bench_throughput.json": _bench({
+        "records": ListOf({"ranks": ANY, "loop": STR, "horovod_settings": ANY,
+                           "median_step_ms": NUM, "images_per_s": NUM, "achieved_gflops": NUM,
+                           "vs_baseline_hybridized?": Maybe(NUM),
+                           "fraction_of_peak?": Maybe(NUM)}, 1),
+        "setup": {"batch_per_rank": NUM}, "bf16_speedup?": Maybe(NUM),
+        "mixed_precision?": Maybe({"batch?": NUM, "times?": Maybe(MapOf({"median_ms": NUM}))})},
+        3),
+    "bench_data.json": _bench({
+        "setup": {"images": NUM, **{k: ANY for k in ("source", "image_size", "batch",
+                                                     "threads", "passes", "warmup_passes")}},
+        "results": [{"loader": STR, "images_per_s": NUM, "passes_images_per_s": [NUM],
+                     "note": ANY}],
+        "yasgd_vs_gluon_folder": NUM,
+        "imagenet_sized?": Maybe({
+            "image": {"n": ANY, "mean_kb": NUM, "mean_px": NUM, "quality": ANY},
+            "per_core": {k: NUM for k in ("train", "val", "decode", "train_256")},
+            "setup": {k: ANY for k in ("batch", "passes", "warmup_passes",
+                                       "resized_records")}})},
+        hardware=_with(_CORES, {k: ANY for k in ("python", "mxnet", "numpy", "opencv",
+                                                  "platform")}), notes=False),
+    "bench_largebatch.json": _bench(_with(_STUDY, {"setup": {
+        **_STUDY["setup"], "arms": [_ARM],
+        "summary": [{"batch": INT, "seeds": ANY, **{k: Maybe(NUM) for k in _PTS}}]}}), 0),
+    "bench_ablation.json": _bench(_with(_STUDY, {
+        "setup": {**_STUDY["setup"], "arms": [_with(_ARM, {"group": STR})]},
+        "effects?": [{}]}), 0),
+}
+
+
 class Records:
-    """The recorded results, loaded on first use."""
+    """The recorded results, loaded on first use, each JSON record checked once against
+    what the renderers read of it (:data:`SHAPES`; record_shape.RecordError naming the file)."""
 
     def __init__(self, results_dir: str = DEFAULT_RESULTS):
         self.dir = results_dir
@@ -31,9 +128,17 @@ class Records:
 
     def json(self, name: str) -> dict:
         if name not in self._cache:
-            with open(self.path(name)) as f:
-                self._cache[name] = json.load(f)
+            shape = SHAPES.get(name, summary.BENCH if name.startswith("bench_") else {})
+            self._cache[name] = record_shape.load_record(self.path(name), shape)
         return self._cache[name]
+
+    def check(self) -> None:
+        """Load every record the renderers read (:data:`SHAPES` and each bench_*.json the
+        acceptance table collects): record_shape.RecordError on the first that is not what they
+        read, before anything is rendered or written."""
+        for name in SHAPES:
+            self.json(name)
+        self.found()
 
     def bench(self, name: str) -> dict:
         return self.json(f"bench_{name}.json")

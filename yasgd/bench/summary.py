@@ -6,12 +6,13 @@ SUMMARY.md holds: the hardware and software of this machine (yasgd.bench.common.
 an index of the benchmarks found (quick or full run, load average when each started, its
 acceptance lines met), every acceptance line in one table, then each benchmark's own
 Markdown (headings moved one level down) with its plots, and links to any PNG in DIR not
-shown yet. Benchmarks missing from DIR are listed as missing, never silently dropped.
+shown yet. Benchmarks missing from DIR are listed as missing, never silently dropped; a
+bench_*.json that is no JSON object, or lacks or mistypes a field read here, is refused
+(:func:`load_record`: one line naming the file and the field, exit 2, nothing written).
 """
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import sys
@@ -20,6 +21,8 @@ from typing import Dict, List, Optional
 
 from yasgd import outputs, usage
 from yasgd.bench import common
+from yasgd.bench.record_shape import (ANY, BOOL, NUM, STR, Maybe, RecordError, read_text,
+                                      load_record as load_record_as)
 
 #: The order of ``make bench`` (Makefile), then anything else found.
 ORDER = ("optimizer", "allreduce", "init", "overlap", "throughput", "data", "largebatch",
@@ -27,12 +30,17 @@ ORDER = ("optimizer", "allreduce", "init", "overlap", "throughput", "data", "lar
 EXPECTED = ORDER[:8]
 
 
-def _load(path: str) -> Optional[dict]:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+#: An acceptance line as the summary's tables read it (yasgd.bench.common.acceptance).
+ACCEPTANCE_LINE = {"criterion": STR, "value?": Maybe(NUM), "threshold?": Maybe(NUM),
+                   "unit?": STR, "met?": Maybe(BOOL), "count?": ANY}
+#: What the summary reads of every ``bench_*.json`` (yasgd.bench.common.write_results).
+BENCH = {"title?": STR, "quick?": ANY, "hardware?": {"load_avg_1min?": ANY},
+         "acceptance?": [ACCEPTANCE_LINE]}
+
+
+def load_record(path: str) -> dict:
+    """A bench_*.json as the summary reads it (:data:`BENCH`; RecordError naming the file)."""
+    return load_record_as(path, BENCH)
 
 
 def _demote(md: str) -> str:
@@ -40,17 +48,18 @@ def _demote(md: str) -> str:
 
 
 def collect(out_dir: str) -> Dict[str, Dict[str, object]]:
-    """name -> {"json": dict or None, "md": text or None, "pngs": [...]}."""
+    """name -> {"json": dict or None, "md": text or None, "pngs": [...]}; RecordError on a
+    bench_*.json that is not what the summary reads (:func:`load_record`), before anything
+    is written."""
     found: Dict[str, Dict[str, object]] = {}
     for path in glob.glob(os.path.join(out_dir, "bench_*.json")) + \
             glob.glob(os.path.join(out_dir, "bench_*.md")):
         name = os.path.splitext(os.path.basename(path))[0][len("bench_"):]
         entry = found.setdefault(name, {"json": None, "md": None, "pngs": []})
         if path.endswith(".json"):
-            entry["json"] = _load(path)
+            entry["json"] = load_record(path)
         else:
-            with open(path) as f:
-                entry["md"] = f.read()
+            entry["md"] = read_text(path)
     for name, entry in found.items():
         entry["pngs"] = sorted(os.path.basename(p) for p in
                                glob.glob(os.path.join(out_dir, f"bench_{name}*.png")))
@@ -137,8 +146,8 @@ def render(out_dir: str, found: Dict[str, Dict[str, object]], hw: Dict[str, obje
     return "\n".join(lines)
 
 
-def write(out_dir: str) -> str:
-    found = collect(out_dir)
+def write(out_dir: str, found: Optional[Dict[str, Dict[str, object]]] = None) -> str:
+    found = collect(out_dir) if found is None else found
     hw = common.hardware()
     path = os.path.join(out_dir, "SUMMARY.md")
     os.makedirs(out_dir, exist_ok=True)
@@ -165,8 +174,12 @@ def main(argv: List[str] = None) -> int:
     args = ap.parse_args(argv)
     if not os.path.isdir(args.out):
         return ap.fail(f"--out: {args.out} is not a folder")
-    path = write(args.out)
-    n = len(collect(args.out))
+    try:
+        found = collect(args.out)
+    except RecordError as e:
+        return ap.fail(e)
+    path = write(args.out, found)
+    n = len(found)
     print(f"wrote {path} ({n} benchmark{'s' if n != 1 else ''})")
     return 0
 
