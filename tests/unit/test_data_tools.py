@@ -18,9 +18,9 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from yasgd import UsageError
+from yasgd import UsageError, outputs
 from yasgd.data import im2rec
-from yasgd.data.recordio import RecordFile, RecordIOError, RecordTrainLoader
+from yasgd.data.recordio import RecordFile, RecordIOError, RecordTrainLoader, read_classes
 from yasgd.data.testdata import make_imagenet_folder, wnid
 
 YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
@@ -194,6 +194,74 @@ def test_im2rec_class_with_only_bad_images(tmp_path):
     with pytest.raises(UsageError, match=f"every image of class folder {folder} was skipped"):
         im2rec.convert(src, str(tmp_path / "o"), resize=32, workers=1, progress=False)
     assert not [n for n in os.listdir(tmp_path / "o") if n.endswith(".part")]
+
+
+def tree(root):
+    """Every entry under ``root``: relative path -> its bytes, link target or None (a folder)."""
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(folder, name)
+            found[os.path.relpath(p, root)] = (
+                os.readlink(p) if os.path.islink(p) else None if os.path.isdir(p) else
+                open(p, "rb").read())
+    return found
+
+
+def test_im2rec_output_folder_in_the_source(tmp_path):
+    """An output folder that is the source folder or lies inside it - as typed, through a
+    symlink or ``..`` - is one error line naming both, before anything is written (the
+    outputs would become part of the input: ``out`` a class folder of train/). The source
+    inside the output folder is fine: the outputs are files directly in it."""
+    src = make_imagenet_folder(str(tmp_path / "src"), 2, 1, sizes=(32, 40), num_classes=2)
+    link = str(tmp_path / "link")
+    os.symlink(src, link)
+    os.makedirs(tmp_path / "other")
+    before, beside = tree(src), sorted(os.listdir(tmp_path))
+    for given, dst, where in (
+            (src, src, "is the"), (src, os.path.join(src, "train", "out"), "lies inside"),
+            (src, os.path.join(src, "out"), "lies inside"), (src, link, "is the"),
+            (src, os.path.join(link, "val", "out"), "lies inside"),
+            (src, os.path.join(tmp_path, "other", "..", "src", "train"), "lies inside"),
+            (link, os.path.join(src, "train", wnid(0), "out"), "lies inside")):
+        assert_usage_error(yasgd("data", "im2rec", given, dst, "--workers", 1, "--no-progress"),
+                           f"im2rec: output folder {dst} {where} source folder {given}: the "
+                           "output would become part of the input")
+        assert tree(src) == before and sorted(os.listdir(tmp_path)) == beside
+    p = yasgd("data", "im2rec", src, tmp_path, "--resize", 32, "--workers", 1, "--no-progress")
+    assert p.returncode == 0, p.stderr
+    assert tree(src) == before
+    assert sorted(os.listdir(tmp_path)) == sorted(beside + list(im2rec.OUTPUTS))
+
+
+def test_im2rec_class_name_that_classes_txt_cannot_hold(tmp_path):
+    """A class folder whose name would not read back from classes.txt (a tab, a line break,
+    a byte the locale's encoding cannot write) is one error line naming it, escaped, before
+    any image is converted; the rule is the reader's: every other name round-trips."""
+    for name in ("n 1 ", "n\x0b1", "n\x851", "n\u20281", "n\xe91", "n\x001"):
+        outputs.write_text(str(tmp_path / "classes.txt"), f"0\t{name}\n1\tz\n")
+        assert read_classes(str(tmp_path / "classes.txt")) == [name, "z"]
+        assert im2rec._name_problem(name) == ""
+    bad = ("n0000\n0001", "n0000\r0001", "n0000\t0001", "n00000001\r",
+           os.fsdecode(b"n0000\xff0001"))
+    for i, name in enumerate(bad):
+        try:
+            outputs.write_text(str(tmp_path / "classes.txt"), f"0\t{name}\n1\tz\n")
+            assert read_classes(str(tmp_path / "classes.txt")) != [name, "z"]
+        except (RecordIOError, UnicodeEncodeError):
+            pass
+        assert im2rec._name_problem(name) != ""
+        src = make_imagenet_folder(str(tmp_path / f"src{i}"), 2, 1, sizes=(32, 40),
+                                   num_classes=2)
+        for split in ("train", "val"):
+            os.rename(os.path.join(src, split, wnid(1)), os.path.join(src, split, name))
+        before, dst = tree(src), str(tmp_path / f"out{i}")
+        line = assert_usage_error(
+            yasgd("data", "im2rec", src, dst, "--workers", 1, "--no-progress"),
+            f"im2rec: class folder {name!r} in {os.path.join(src, 'train')} cannot be named "
+            "in classes.txt", "rename it")
+        assert ("a tab or a line break" if i < 4 else "cannot write") in line
+        assert tree(src) == before and not os.path.exists(dst)
 
 
 # -- verify: damaged records (exit 1) ------------------------------------------------

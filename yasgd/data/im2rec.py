@@ -24,7 +24,10 @@ and re-encoded at JPEG ``quality``; ``workers`` processes do this in parallel an
 the records are written in order. The files are written under temporary names
 and renamed at the end, so an interrupted conversion leaves no half-written
 ``train.rec`` behind. The output folder is checked before any work: an existing
-file in its place, or a folder that cannot be created or written, is an error.
+file in its place, a folder that cannot be created or written, or one that is the source
+folder or lies inside it (the output would become part of the input) is an error; so is a
+class folder whose name ``classes.txt`` cannot hold (a tab, a line break, or a character
+the locale's encoding cannot write).
 
 Bad images are skipped, not fatal: an image file that is empty, unreadable or
 does not decode with OpenCV, or that resized would hold more pixels than OpenCV
@@ -41,9 +44,11 @@ Each split also gets a digest file ``<split>.digests`` (the SHA-256 of every rec
 from __future__ import annotations
 
 import hashlib
+import locale
 import math
 import os
 import re
+import stat
 import tempfile
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -66,7 +71,30 @@ OUTPUTS = tuple(f"{s}{e}" for s in ("train", "val") for e in (".rec", ".idx", ".
 
 # -- listing ---------------------------------------------------------------------
 def _class_folders(split_dir: str) -> List[str]:
-    return sorted(e.name for e in os.scandir(split_dir) if e.is_dir())
+    """The sorted class folder names; UsageError on one that classes.txt cannot hold."""
+    names = sorted(e.name for e in os.scandir(split_dir) if e.is_dir())
+    for name in names:
+        why = _name_problem(name)
+        if why:
+            raise UsageError(f"im2rec: class folder {name!r} in {split_dir} cannot be named in "
+                             f"classes.txt ('<index><TAB><name>' lines): {why}; rename it")
+    return names
+
+
+def _name_problem(name: str) -> str:
+    r"""Why ``name`` would not read back from classes.txt as itself, or "". The reader
+    (recordfile.read_classes) opens it in text mode - universal newlines, the locale's
+    encoding, as outputs.write_text writes it - and splits each line at its one tab: a
+    tab, "\n" or "\r" in a name breaks or changes its line, and a character the encoding
+    cannot write (a byte of the name that is not valid in it) cannot be written at all."""
+    if re.search(r"[\t\n\r]", name):
+        return "its name holds a tab or a line break"
+    encoding = locale.getpreferredencoding(False)
+    try:
+        name.encode(encoding)
+    except UnicodeError:
+        return f"its name holds a character that {encoding} cannot write"
+    return ""
 
 
 def _images_in(folder: str) -> List[str]:
@@ -256,6 +284,34 @@ def _check_kept(items: Sequence[Tuple[str, int]], per_class: np.ndarray, split: 
                          "(none decodes): its class would have no training record")
 
 
+def _check_apart(src: str, dst: str) -> None:
+    """UsageError if ``dst`` is ``src`` or lies inside it: the outputs would land in the
+    input (a new class folder ``out`` of ``train/``, files the next conversion reads). The
+    real path of ``dst`` and its ancestors are compared with ``src`` by device and inode, so
+    no symlink, ``..`` or second mount of the folder gets round it. ``src`` inside ``dst``
+    is fine: every output (``OUTPUTS``, their ``.part``) is a file directly in ``dst``, so
+    none can be a file of ``src``, and ``src`` by one of those names is _check_dst's error."""
+    try:
+        src_stat = os.stat(src)
+    except OSError:
+        return                          # list_images says what is wrong with src
+    if not stat.S_ISDIR(src_stat.st_mode):
+        return
+    probe = real = os.path.realpath(dst)
+    while True:
+        try:
+            same = os.path.samestat(os.stat(probe), src_stat)
+        except OSError:
+            same = False                # not there (yet): not src
+        if same:
+            where = "is the" if probe == real else "lies inside"
+            raise UsageError(f"im2rec: output folder {dst} {where} source folder {src}: the "
+                             "output would become part of the input")
+        if os.path.dirname(probe) == probe:
+            return
+        probe = os.path.dirname(probe)
+
+
 def _check_dst(dst: str) -> None:
     """UsageError unless ``dst`` is a folder, or could be made as one, and is writable."""
     if os.path.exists(dst) and not os.path.isdir(dst):
@@ -295,6 +351,7 @@ def convert(src: str, dst: str, resize: int = 256, quality: int = 95, workers: i
         raise UsageError(f"im2rec: --workers must be in [1, {most}] ({MAX_PER_CORE} per CPU "
                          f"core), got {workers}")
     t0 = time.time()
+    _check_apart(src, dst)              # first: _check_dst probes the folder dst would be in
     _check_dst(dst)
     classes, items = list_images(src)
     _make_dst(dst)
