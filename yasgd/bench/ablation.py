@@ -320,7 +320,8 @@ def run(out_dir: str = "results", quick: bool = False, jobs: Optional[int] = Non
         stop_after: Optional[float] = None, cache: Optional[str] = None) -> dict:
     scale = QUICK if quick else FULL
     chosen = select(ablation_arms(scale), arms)
-    return run_bench(f"bench ablation{' (--quick)' if quick else ''}: {len(chosen)} arms at "
+    return run_bench(NAME,
+                     f"bench ablation{' (--quick)' if quick else ''}: {len(chosen)} arms at "
                      f"batch {scale.big:,} (and the batch-256 baseline), {scale.epochs} epochs a "
                      f"run", chosen, scale, out_dir, quick, jobs, max_runs, stop_after, cache,
                      report)

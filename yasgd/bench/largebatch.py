@@ -216,7 +216,8 @@ def run(out_dir: str = "results", quick: bool = False, jobs: Optional[int] = Non
         stop_after: Optional[float] = None, cache: Optional[str] = None) -> dict:
     scale = QUICK if quick else FULL
     chosen = select(headline_arms(scale), arms)
-    return run_bench(f"bench largebatch{' (--quick)' if quick else ''}: {len(chosen)} arms, "
+    return run_bench(NAME,
+                     f"bench largebatch{' (--quick)' if quick else ''}: {len(chosen)} arms, "
                      f"{scale.epochs} epochs a run", chosen, scale, out_dir, quick, jobs,
                      max_runs, stop_after, cache, report)
 

@@ -306,16 +306,49 @@ def compute(records: Sequence[Dict[str, object]], searches: Sequence[Search]) ->
             if records else None}
 
 
-def run_bench(intro: str, arms: Sequence[Arm], scale: Scale, out_dir: str, quick: bool,
-              jobs: Optional[int], max_runs: Optional[int], stop_after: Optional[float],
-              cache: Optional[str], report: Callable[..., dict]) -> dict:
-    """One sitting of a training bench: train what its arms still need, ``jobs`` runs side
-    by side (:func:`default_jobs` when None), rewriting the report (``report(study,
-    searches, out_dir, quick, jobs, wall, partial, progress)``) after every run, then the
-    final report (with the plots) of what the cache holds."""
+def check_record(name: str, path: str, study: Study, quick: bool) -> None:
+    """Refuse (UsageError, before any work) a sitting whose report would replace the record
+    at ``path`` with one that lacks some of its runs: an arm of it that ``--arms`` leaves
+    out, or a run whose entry this sitting's cache does not have at all (another cache, or a
+    mistyped ``--cache``). An entry of other code counts as there: its run trains again, as
+    a change of code asks. A record of the other scale (``--quick`` or not) is another table."""
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return                                  # none (or none of a bench's) to lose
+    if not isinstance(old, dict) or bool(old.get("quick")) != quick:
+        return
+    runs = [r for r in old.get("records") or [] if isinstance(r, dict)]
+    left_out = sorted({r.get("arm") for r in runs} - {a.name for a in study.arms} - {None})
+    if left_out:
+        named = ", ".join(map(str, left_out[:4])) + (f" and {len(left_out) - 4} more"
+                                                     if len(left_out) > 4 else "")
+        raise UsageError(f"bench {name}: --out: {path} holds the runs of {len(left_out)} arm(s) "
+                         f"that --arms leaves out ({named}); this sitting's report would drop "
+                         f"them: pass another --out (the runs stay in the cache, from which "
+                         f"the command without --arms writes the whole table)")
+    missing = [r for r in runs if not os.path.exists(study.cache.path(str(r.get("key"))))]
+    if missing:
+        raise UsageError(f"bench {name}: --out: {path} holds {len(runs)} run(s), "
+                         f"{len(missing)} of them not in the cache {study.cache.root}; this "
+                         f"sitting's report would drop them: pass --cache with the cache they "
+                         f"are in, or another --out")
+
+
+def run_bench(name: str, intro: str, arms: Sequence[Arm], scale: Scale, out_dir: str,
+              quick: bool, jobs: Optional[int], max_runs: Optional[int],
+              stop_after: Optional[float], cache: Optional[str], report: Callable[..., dict]
+              ) -> dict:
+    """One sitting of the training bench ``name``: train what its arms still need, ``jobs``
+    runs side by side (:func:`default_jobs` when None), rewriting the report
+    (``report(study, searches, out_dir, quick, jobs, wall, partial, progress)``) after every
+    run, then the final report (with the plots) of what the cache holds. The record already
+    at ``out_dir`` is only ever replaced by one that holds all its runs (:func:`check_record`)."""
     jobs = default_jobs() if jobs is None else jobs
-    os.makedirs(out_dir, exist_ok=True)     # --max-runs 0 writes the report and nothing else
     study = Study(arms, scale, out_dir, cache)
+    check_record(name, os.path.join(out_dir, f"bench_{name}.json"), study, quick)
+    os.makedirs(out_dir, exist_ok=True)     # --max-runs 0 writes the report and nothing else
     # --max-runs 0 trains nothing: the tables of the cache as it is, beside a sitting
     with cache_lock(study.cache.root) if max_runs != 0 else contextlib.nullcontext():
         common.say(f"{intro}, {jobs} runs side by side; cache {study.cache.root}")

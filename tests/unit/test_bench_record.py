@@ -1,0 +1,75 @@
+"""A training bench never replaces the record at ``--out`` with one that lacks some of its
+runs (yasgd.bench.study_run.check_record): refused before any work, one line, exit 2, the
+record's bytes unchanged."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from yasgd import UsageError
+from yasgd.bench import study, study_run
+from yasgd.bench.study_plan import QUICK
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
+RESULTS = os.path.join(ROOT, "examples", "results")
+
+
+def _arm(name):
+    return study.Arm(name, name, 1024, "lars", (1.0, 2.0, 4.0), (), 2, "x", 0)
+
+
+def _setup(tmp_path, cached=("k1", "k2"), quick=True):
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    out.mkdir(parents=True)
+    cache.mkdir()
+    for k in cached:
+        (cache / f"{k}.json").write_text("{}")     # an entry of any code counts as there
+    record = {"quick": quick, "records": [{"arm": "a", "key": "k1"}, {"arm": "b", "key": "k2"}]}
+    (out / "bench_x.json").write_text(json.dumps(record))
+    return str(out / "bench_x.json"), str(cache)
+
+
+def test_a_record_whose_runs_the_sitting_holds_may_be_replaced(tmp_path):
+    path, cache = _setup(tmp_path)
+    s = study_run.Study([_arm("a"), _arm("b"), _arm("c")], QUICK, str(tmp_path / "out"), cache)
+    study_run.check_record("x", path, s, quick=True)              # no error
+    # another scale's record is another table; no record, or not JSON: nothing to lose
+    study_run.check_record("x", path, s, quick=False)
+    study_run.check_record("x", str(tmp_path / "none.json"), s, quick=True)
+    (tmp_path / "bad.json").write_text("{not json")
+    study_run.check_record("x", str(tmp_path / "bad.json"), s, quick=True)
+
+
+def test_runs_missing_from_the_cache_or_arms_left_out_are_refused(tmp_path):
+    path, cache = _setup(tmp_path, cached=("k1",))
+    s = study_run.Study([_arm("a"), _arm("b")], QUICK, str(tmp_path / "out"), cache)
+    with pytest.raises(UsageError, match=r"bench x: --out: .*bench_x.json holds 2 run\(s\), 1 "
+                                         r"of them not in the cache .*cache; this sitting's"):
+        study_run.check_record("x", path, s, quick=True)
+    path, cache = _setup(tmp_path / "2")
+    s = study_run.Study([_arm("a")], QUICK, str(tmp_path / "2" / "out"), cache)
+    with pytest.raises(UsageError, match=r"holds the runs of 1 arm\(s\) that --arms leaves out "
+                                         r"\(b\)"):
+        study_run.check_record("x", path, s, quick=True)
+
+
+def test_the_command_refuses_a_mistyped_cache_before_any_work(tmp_path):
+    out = tmp_path / "res"
+    out.mkdir()
+    for ext in ("json", "md"):
+        shutil.copy(os.path.join(RESULTS, f"bench_ablation.{ext}"), out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    run = subprocess.run([YASGD, "bench", "ablation", "--max-runs", "0", "--out", str(out),
+                          "--cache", str(tmp_path / "empty")], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 2, run.stderr
+    assert run.stdout == "" and len(run.stderr.splitlines()) == 1, run.stderr
+    assert run.stderr.startswith(f"yasgd: error: bench ablation: --out: {out}/bench_ablation"
+                                 f".json holds "), run.stderr
+    assert "not in the cache" in run.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not (tmp_path / "empty").exists()                    # nothing made either
