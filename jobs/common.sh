@@ -26,6 +26,11 @@ if [ -z "${YASGD_HOST_KIND:-}" ]; then
     YASGD_HOST_KIND=cpu
   fi
 fi
+case "$YASGD_HOST_KIND" in      # any other value would silently get the cpu settings
+  cpu|gpu) ;;
+  *) printf '[yasgd-job] error: YASGD_HOST_KIND must be cpu or gpu, got %q\n' "$YASGD_HOST_KIND" >&2
+     exit 2 ;;
+esac
 export YASGD_HOST_KIND
 
 # --- Horovod -------------------------------------------------------------------

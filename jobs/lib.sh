@@ -23,7 +23,7 @@
 #   YASGD_SRUN_MPI   srun's --mpi plugin (default: pmix or pmi2, as found)
 #   YASGD_SRUN_ARGS  extra srun arguments, split as YASGD_ARGS
 #   YASGD_PREFLIGHT  1 (default): every rank runs `yasgd preflight` before the training,
-#                    with the training's launcher line; 0: skip it
+#                    with the training's launcher line; 0: skip it (any other value is refused)
 #   YASGD_PREFLIGHT_TIMEOUT  seconds a rank may take for the preflight (default 120)
 # Values are passed on as array elements and never evaluated again: no eval, no
 # unquoted expansion; job.txt and command.sh hold them %q-quoted, one per word.
@@ -181,6 +181,21 @@ yasgd_job() {
   fi
   command -v "$py" >/dev/null 2>&1 || yasgd_die "python interpreter '$py' not found (set YASGD_PYTHON)"
   [ -f "$YASGD_CONFIG" ] || yasgd_die "config $YASGD_CONFIG not found (from $YASGD_HOME)"
+  # The preflight's settings, before anything is made: not once a rank after MPI starts.
+  case "${YASGD_PREFLIGHT:-1}" in
+    0|1) ;;
+    *) yasgd_die "YASGD_PREFLIGHT must be 1 (run the preflight) or 0 (skip it), got '$YASGD_PREFLIGHT'" ;;
+  esac
+  if [ "${YASGD_PREFLIGHT:-1}" = 1 ]; then
+    local why   # preflight --timeout's own rule (yasgd.argtypes.seconds)
+    why=$("$py" -c 'import argparse, sys
+from yasgd import argtypes
+try:
+    argtypes.seconds()(sys.argv[1])
+except argparse.ArgumentTypeError as e:
+    print(e)' "${YASGD_PREFLIGHT_TIMEOUT:-120}") || yasgd_die "'$py' could not import yasgd"
+    [ -z "$why" ] || yasgd_die "YASGD_PREFLIGHT_TIMEOUT $why"
+  fi
 
   # Overrides: rendered ones, then YASGD_ARGS, then the script's arguments;
   # run.dir is the job's run directory, always.

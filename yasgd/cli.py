@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import List, Optional
 
-from yasgd import UsageError, argtypes, usage
+from yasgd import UsageError, argtypes, config_text, usage
 
 BENCHES = ("optimizer", "allreduce", "init", "throughput", "data", "largebatch", "overlap",
            "ablation")
@@ -85,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                    help="what the ranks compute on, for the rules that depend on it "
                         "(auto: gpu where nvidia-smi lists GPUs on this host, else cpu)")
+    c.add_argument("--data", action="store_true",
+                   help="also check that the dataset the config names is on this host (what "
+                        "train checks before it starts; yasgd launch asks for it)")
 
     # Listed here for --help only: main() hands "yasgd launch ..." to yasgd.launch.main
     # before parsing, because its command after -- is not this parser's to read.
@@ -125,7 +128,9 @@ def _parser() -> argparse.ArgumentParser:
         jr.add_argument("--queue", default=None)
         jr.add_argument("--output", "-o", type=_path, default=None,
                         help="write the script here (default: stdout)")
-        jr.add_argument("--dry-run", action="store_true", help="print what would be submitted")
+        if name == "submit":        # render submits nothing: it would have nothing to do
+            jr.add_argument("--dry-run", action="store_true",
+                            help="print what would be submitted")
         jr.add_argument("overrides", nargs="*", metavar=OVERRIDES)
 
     s = sub.add_parser("simulate", help="scaling model of synchronous data-parallel training")
@@ -190,6 +195,12 @@ def _close_horovod_timeline() -> None:
         hvd.stop_timeline()
 
 
+def parse(argv: List[str]) -> argparse.Namespace:
+    """``argv`` (after ``yasgd``) parsed, or SystemExit: 0 after --help, 2 after the one
+    usage-error line (also what ``yasgd launch`` checks a training's arguments with)."""
+    return _parser().parse_args(argv)
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command in ("train", "preflight", "bench"):   # they start MXNet and Horovod
         from yasgd.envcheck import problem
@@ -198,6 +209,7 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError(bad_env)
     if getattr(args, "config", None):
         argtypes.check_config_file(args.config)
+        config_text.check_no_yaml_alias(args.config)
     if args.command == "train":
         from yasgd import config as config_mod, faults
         faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback
@@ -215,6 +227,9 @@ def _run(args: argparse.Namespace) -> int:
         per_rank = config_mod.per_rank_batch(cfg, args.world_size)
         device = args.device if args.device != "auto" else _host_device()
         config_mod.check_device(cfg, device)
+        if args.data:
+            from yasgd import data
+            data.check_data(cfg)
         import yaml
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
         print(f"# per-rank batch at world size {args.world_size}: {per_rank}")
@@ -232,7 +247,7 @@ def _run(args: argparse.Namespace) -> int:
                 return 0
             n = im2rec.verify(args.prefix, headers_only=args.headers_only, threads=args.threads)
         except im2rec.DamagedRecords as e:  # damaged data is a finding (1), not a usage error (2)
-            print(f"yasgd: error: {e}", file=sys.stderr)
+            usage.error("", e)
             return 1
         print(f"{args.prefix}: {n} records ok" + (" (headers only)" if args.headers_only else ""))
         return 0
@@ -252,14 +267,19 @@ def _run(args: argparse.Namespace) -> int:
         return jobs.submit(script, scheduler=args.scheduler, output=args.output, dry_run=args.dry_run)
     if args.command == "simulate":
         from yasgd import simulate
-        if args.validate:
-            defaults = {"preset": "abci2019", "gpus": 2048, "batch": 81920, "epochs": 90,
-                        "images_per_gpu_s": None, "budget_bytes": None, "plot": None,
-                        "json": None}
-            given = [k for k, v in defaults.items() if getattr(args, k) != v]
+        # --validate and --preset list print one table each and read no other option
+        defaults = {"preset": "abci2019", "gpus": 2048, "batch": 81920, "epochs": 90,
+                    "images_per_gpu_s": None, "budget_bytes": None, "plot": None,
+                    "json": None}
+        for alone, skip in (("--validate", ()), ("--preset list", ("preset",))):
+            if alone == "--validate" and not args.validate or \
+                    alone == "--preset list" and args.preset != "list":
+                continue
+            given = [k for k, v in defaults.items() if getattr(args, k) != v and k not in skip]
             if given:
-                raise UsageError("simulate --validate takes no other argument, got --"
+                raise UsageError(f"simulate {alone} takes no other argument, got --"
                                  + given[0].replace("_", "-"))
+        if args.validate:
             from yasgd.simulate import validate
             print(validate.table())
             return 0
@@ -335,7 +355,7 @@ def _main(argv: List[str]) -> int:
             print(e.code, file=sys.stderr)
             return 1
     try:
-        args = _parser().parse_args(argv)
+        args = parse(argv)
     except SystemExit as e:                 # --help (0) or a usage error, already printed (2)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     if args.command != "train":     # train's ranks stop at a step, with a checkpoint
@@ -344,8 +364,7 @@ def _main(argv: List[str]) -> int:
     try:
         return _run(args)
     except UsageError as e:
-        print(f"yasgd: error: {e}", file=sys.stderr)
-        return 2
+        return usage.error("", e)        # one line, whatever the message holds (a path's newline)
     except KeyboardInterrupt:
         raise                               # main() reports it
     except BaseException as e:
@@ -357,7 +376,7 @@ def _main(argv: List[str]) -> int:
         from yasgd.checkpoint import CheckpointError
         from yasgd.train import TrainingError
         if isinstance(e, (TrainingError, CheckpointError)):
-            sys.stderr.write(f"yasgd: error: {e}\n")
+            usage.error("", e)
             return 1
         raise
 

@@ -1,19 +1,22 @@
-"""The environment variables that OpenMP, MXNet and Horovod read as numbers or names,
-checked before any of them starts: ``yasgd train``, ``preflight`` and ``bench`` check their
-own environment, ``yasgd launch`` the one its ranks get (jobs/common.sh's defaults
-included).
+"""The environment variables that OpenMP, MXNet and Horovod read as numbers, names or a
+file to write (and jobs/common.sh's host kind), checked before any of them starts: ``yasgd
+train``, ``preflight`` and ``bench`` check their own environment, ``yasgd launch`` the one
+its ranks get (jobs/common.sh's defaults included).
 
 A bad value there is not refused by its reader in a way a user can act on: MXNet aborts the
 process from C++ (``dmlc::ParamError``, "terminate called", exit 134) for an integer it
 cannot parse, and waits for good on an engine with no worker thread; Horovod reads a number
 it cannot parse as 0 (``HOROVOD_FUSION_THRESHOLD=abc`` turns tensor fusion off without a
 word) and aborts on a negative cache capacity. Here each is one line naming the variable.
-An empty value counts as unset, as it does for those readers.
+An empty value counts as unset, as it does for those readers. A number is read as those
+readers read it: ASCII digits (C's ``strtol``/``istream``), never Python's wider ``int()``
+("1_0" and non-ASCII digits abort MXNet); a boolean as dmlc's exact words.
 """
 from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Mapping, Optional
 
 INT32 = 2 ** 31 - 1
@@ -24,6 +27,12 @@ HOROVOD_LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 YASGD_OPS_BACKENDS = ("yasgd", "mxnet")   # yasgd.ops.library.BACKENDS (no MXNet import here)
 
 CASE_FREE = ("HOROVOD_LOG_LEVEL",)   # Horovod lower-cases it; the other names are exact
+#: dmlc::GetEnv<bool>'s words, any case, nothing around them (dmlc/parameter.h)
+DMLC_BOOLS = ("true", "false", "1", "0")
+#: what C's readers skip around a number (isspace), not Python's wider str.strip()
+C_SPACE = " \t\n\v\f\r"
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 #: variable -> (kind, lower bound or the allowed names, upper bound, who reads it)
 SPEC = {
@@ -40,6 +49,7 @@ SPEC = {
     "MXNET_OPTIMIZER_AGGREGATION_SIZE": ("int", 1, INT32, "MXNet"),
     "MXNET_SUBGRAPH_VERBOSE": ("int", 0, INT32, "MXNet"),
     "MXNET_ENGINE_TYPE": ("name", MXNET_ENGINES, None, "MXNet"),
+    "MXNET_MKLDNN_ENABLED": ("bool", DMLC_BOOLS, None, "MXNet"),
     "HOROVOD_FUSION_THRESHOLD": ("int", 0, INT64, "Horovod"),
     "HOROVOD_CYCLE_TIME": ("float", 0.0, None, "Horovod"),   # ms; 0: no wait between cycles
     "HOROVOD_CACHE_CAPACITY": ("int", 0, INT32, "Horovod"),
@@ -48,27 +58,31 @@ SPEC = {
     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": ("int", 0, INT32, "Horovod"),
     "HOROVOD_LOG_LEVEL": ("name", HOROVOD_LOG_LEVELS, None, "Horovod"),
     "YASGD_OPS": ("name", YASGD_OPS_BACKENDS, None, "yasgd.ops"),
+    "YASGD_HOST_KIND": ("name", ("cpu", "gpu"), None, "jobs/common.sh"),
+    # Horovod makes no folder for it, and writes no timeline (without a word) where it can't
+    "HOROVOD_TIMELINE": ("file", None, None, "Horovod"),
 }
 
 
 def value_problem(name: str, value: str) -> Optional[str]:
     """Why ``value`` is not one that ``name``'s reader takes, or None."""
     kind, lo, hi, _ = SPEC[name]
-    text = value.strip()
+    text = value.strip(C_SPACE)
     if kind == "int":
-        try:
-            number = int(text)
-        except ValueError:
-            number = None
+        number = int(text) if _INT.fullmatch(text) else None
         if number is None or not lo <= number <= hi:
             return f"must be an integer in [{lo}, {hi}]"
     elif kind == "float":
-        try:
-            number = float(text)
-        except ValueError:
-            number = math.nan
+        number = float(text) if _FLOAT.fullmatch(text) else math.nan
         if not (math.isfinite(number) and number >= lo):
             return f"must be a finite number >= {lo:g}"
+    elif kind == "file":
+        folder = os.path.dirname(value) or "."
+        if not (os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)):
+            return f"must name a file in an existing writable folder ({folder} is not one)"
+    elif kind == "bool":
+        if value.lower() not in lo:
+            return f"must be one of {', '.join(lo)} (any case, no spaces)"
     elif (text.lower() if name in CASE_FREE else value) not in lo:
         return f"must be one of {', '.join(lo)}"
     return None

@@ -150,6 +150,10 @@ def with_tuning_defaults(env: dict) -> dict:
     return merged
 
 
+#: --grace, and the variable that is its default: whole seconds, at most an hour
+GRACE = argtypes.integer(0, "seconds", hi=3600)
+
+
 def parser(prog: str = "python -m yasgd.launch") -> argparse.ArgumentParser:
     """The launcher's arguments (``yasgd launch`` gives ``prog="yasgd launch"``)."""
     p = usage.Parser(prog=prog, description=__doc__.splitlines()[0],
@@ -160,7 +164,7 @@ def parser(prog: str = "python -m yasgd.launch") -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=argtypes.seconds(), default=None, metavar="S",
                    help="kill the job after S seconds (exit status 124)")
     p.add_argument("--gloo", action="store_true", help="use horovodrun --gloo instead of mpirun")
-    p.add_argument("--grace", type=argtypes.integer(0, "seconds", hi=3600), default=None, metavar="S",
+    p.add_argument("--grace", type=GRACE, default=None, metavar="S",
                    help="seconds between mpirun's SIGTERM and SIGKILL to the ranks (default: "
                         "$OMPI_MCA_odls_base_sigkill_timeout, else 3)")
     p.add_argument("--stop-timeout", type=argtypes.seconds(), default=STOP_TIMEOUT_S,
@@ -208,23 +212,38 @@ def _launch(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if shutil.which(command[0], path=env.get("PATH")) is None:
         p.error(f"command not found or not executable: {command[0]!r}")
     train = train_arguments(command)
-    if train and not train[0].startswith("-"):
-        # a training's config is checked once, here, for this world size: one line, not
-        # the same line from every rank and then mpirun's report of the failed job
+    if train is not None:
+        # a training's arguments, its config for this world size and its data on this host
+        # are checked once, here: one line, not the same line from every rank and then
+        # mpirun's report of the failed job. Its arguments first, by train's own parser (an
+        # error is train's line; --help is train's help, once)
+        # (in a child, as check-config below: yasgd.cli imports this module)
+        parsed = subprocess.run([sys.executable, "-c", "import sys; from yasgd.cli import parse; "
+                                 "parse(sys.argv[1:])", "train", *train], env=env)
+        if parsed.returncode != 0 or "-h" in train or "--help" in train:
+            return parsed.returncode
         check = subprocess.run([sys.executable, "-m", "yasgd.cli", "check-config", *train,
-                                "--world-size", str(args.np)], env=env, capture_output=True,
-                               text=True)
-        # (an argument error is check-config's own: train reports it in its words)
-        if check.returncode == 2 and not check.stderr.startswith("yasgd: error: check-config:"):
+                                "--world-size", str(args.np), "--data"], env=env,
+                               capture_output=True, text=True)
+        if check.returncode == 2:
             sys.stderr.write(check.stderr)
             return 2
+    from yasgd.envcheck import problem     # what every rank gets, checked once, here:
+    bad_env = problem(env)                 # what the user set, before jobs/common.sh reads it
+    if bad_env:
+        p.error(bad_env)
     user_grace = env.get("OMPI_MCA_odls_base_sigkill_timeout")
+    if args.grace is None and user_grace:   # --grace's default: the same rule as --grace
+        try:
+            GRACE(user_grace)
+        except argparse.ArgumentTypeError as e:
+            p.error(f"environment variable OMPI_MCA_odls_base_sigkill_timeout (--grace's "
+                    f"default) {e}")
     env.setdefault("OMP_NUM_THREADS", str(max(1, cores // args.np)))
     if not args.no_tuning_defaults:
         env = with_tuning_defaults(env)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    from yasgd.envcheck import problem     # what every rank gets, checked once, here
-    bad_env = problem(env)
+    bad_env = problem(env)                 # and with jobs/common.sh's defaults
     if bad_env:
         p.error(bad_env)
     # not jobs/common.sh's longer delay: that one is for a scheduler signalling mpirun

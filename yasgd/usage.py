@@ -30,10 +30,18 @@ def command_name(prog: str) -> str:
     return prog
 
 
+#: what :func:`error` writes for a control character or line break in a message (a path or
+#: value as the user typed it): Python's escape for it, so the line stays one line and still
+#: says exactly what was given ("a\\nb", never "a b")
+_ESCAPES = ({c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f, 0x85)}
+            | {0x2028: "\\u2028", 0x2029: "\\u2029"}
+            | {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
 def error(name: str, message: object) -> int:
-    """Write the usage-error line of command ``name`` (its whitespace folded to single
-    spaces, so that it stays one line); returns the exit status, 2."""
-    text = " ".join(str(message).split())
+    """Write the usage-error line of command ``name`` (a control character or line break in
+    the message escaped, so that it stays one line); returns the exit status, 2."""
+    text = str(message).translate(_ESCAPES)
     sys.stderr.write(f"yasgd: error: {name + ': ' if name else ''}{text}\n")
     sys.stderr.flush()
     return 2

@@ -276,6 +276,40 @@ def test_uge_script_exits_with_failure_status(tmp_path):
     assert (next((tmp_path / "runs").glob("tiny-uge-2*")) / "exit_status").read_text().strip() == "7"
 
 
+@pytest.mark.parametrize("script", ["jobs/abci/pbs/train.sh", "jobs/abci/uge/train.sh",
+                                    "jobs/slurm/train.sbatch"])
+def test_a_yasgd_home_that_is_not_the_repository_is_one_line(tmp_path, script):
+    """Each script sources the repository's scripts first: a wrong YASGD_HOME is the job's
+    own one line and status 2, not bash's 'No such file or directory'."""
+    r = run_bounded(["bash", os.path.join(REPO, script)], cwd=str(tmp_path), timeout=60,
+                    env=job_env(tmp_path, YASGD_HOME=str(tmp_path)))
+    assert r.returncode == 2, r.stdout[-3000:]
+    assert r.stdout == (f"[yasgd-job] error: YASGD_HOME={tmp_path} is not the yasgd repository "
+                        f"(no jobs/lib.sh): submit from it or set YASGD_HOME\n"), r.stdout
+
+
+@pytest.mark.parametrize("name,value,why", [
+    ("YASGD_PREFLIGHT", "no", "YASGD_PREFLIGHT must be 1 (run the preflight) or 0 (skip it), "
+                              "got 'no'"),
+    ("YASGD_PREFLIGHT_TIMEOUT", "abc", "YASGD_PREFLIGHT_TIMEOUT must be a finite number of "
+                                       "seconds in (0, 31536000], got 'abc'"),
+    ("YASGD_PREFLIGHT_TIMEOUT", "0", "YASGD_PREFLIGHT_TIMEOUT must be a finite number of "
+                                     "seconds in (0, 31536000], got '0'"),
+    ("YASGD_HOST_KIND", "GPU", "YASGD_HOST_KIND must be cpu or gpu, got GPU"),
+])
+def test_job_settings_are_checked_before_anything_is_made(tmp_path, name, value, why):
+    """Not once a rank after MPI starts: one line, status 2, no run directory."""
+    hostlist = tmp_path / "hostlist"
+    hostlist.write_text(f"{HOST}\n{HOST}\n")
+    r = run_bounded(["bash", "jobs/abci/uge/train.sh"], cwd=REPO, timeout=60,
+                    env=job_env(tmp_path, SGE_JOB_HOSTLIST=str(hostlist), NHOSTS="2",
+                                JOB_ID="5", **{name: value}))
+    assert r.returncode == 2, r.stdout[-3000:]
+    errors = [ln for ln in r.stdout.splitlines() if "error" in ln]
+    assert errors == [f"[yasgd-job] error: {why}"], r.stdout[-3000:]
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
 # -- 4. Slurm, for real -----------------------------------------------------------------
 def test_slurm_script_runs_tiny_training(tmp_path, local_slurm):  # noqa: F811
     script = tmp_path / "job.sbatch"

@@ -174,6 +174,12 @@ def test_no_mpirun_is_one_line(tmp_path):
     # the world size is the launch's: 3 ranks do not divide tiny's batch of 256
     (["train", "examples/configs/tiny.yaml", "run.dir={tmp}"],
      "train.global_batch=256 is not divisible by ranks (3)"),
+    # train's own arguments, by train's parser (check-config would take these two)
+    (["train", "examples/configs/tiny.yaml", "run.dir={tmp}", "--device", "gpu"],
+     "train: unrecognized arguments: --device gpu (see yasgd train --help)"),
+    # the data on this host, as train checks it before it starts
+    (["train", "examples/configs/tiny.yaml", "run.dir={tmp}", "train.global_batch=264",
+      "data.root={tmp}/nodata"], "dataset directory not found: {tmp}/nodata"),
 ])
 @pytest.mark.parametrize("entry", ["yasgd", "python -m yasgd.cli"])
 def test_a_bad_training_is_one_line_before_any_rank(tmp_path, train, message, entry):

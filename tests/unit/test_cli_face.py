@@ -196,3 +196,58 @@ def test_an_empty_path_is_one_line_and_writes_nothing(tmp_path, args, argument):
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
     assert p.stderr.startswith(f"yasgd: error: {argument}: must be a path, got ''"), p.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_check_config_checks_the_data_when_asked(tmp_path):
+    """--data: the dataset the config names must be on this host (train's own check, which
+    yasgd launch runs once before any rank); without it the config alone is checked."""
+    tiny = os.path.join(ROOT, "examples", "configs", "tiny.yaml")
+    args = ["check-config", tiny, f"data.root={tmp_path}/nodata"]
+    rc, out, err = _run(YASGD, *args)
+    assert rc == 0 and err == "", err
+    rc, out, err = _run(YASGD, *args, "--data")
+    assert rc == 2 and out == "", out
+    assert err == (f"yasgd: error: dataset directory not found: {tmp_path}/nodata (apt-get "
+                   f"install dataset-fashion-mnist, or set data.root)\n"), err
+
+
+@pytest.mark.parametrize("command", ["train", "check-config"])
+def test_a_line_break_in_a_path_stays_one_line_and_shows_as_typed(tmp_path, command):
+    rc, out, err = _run(YASGD, command, f"{tmp_path}/no\nsuch.yaml")
+    assert rc == 2 and out == "", out
+    assert err == f"yasgd: error: config file not found: {tmp_path}/no\\nsuch.yaml\n", err
+
+
+@pytest.mark.parametrize("command", [["check-config"], ["train"],
+                                     ["jobs", "render", "--scheduler", "pbs", "--nodes", "1",
+                                      "-o", "job.sh", "--config"]])
+def test_a_config_with_yaml_aliases_is_one_line_at_once(tmp_path, command):
+    """Nine nested aliases in 400 bytes stand for a value of 9**9 items; any walk of it would
+    not end (the timeout), so a config's aliases are refused before it is loaded."""
+    s = "&l0 [q,q,q,q,q,q,q,q,q,q]"
+    for i in range(1, 9):
+        s = f"&l{i} [{s}," + ",".join([f"*l{i - 1}"] * 9) + "]"
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("train:\n  epochs: " + s + "\n")
+    p = subprocess.run([YASGD, *command, str(bomb)], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=60)
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout)
+    assert p.stderr == (f"yasgd: error: config file {bomb} uses a YAML alias (*l0, line 2): a "
+                        f"config holds plain values, each written out where it is used\n")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["bomb.yaml"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["simulate", "--preset", "list", "--gpus", "8"],
+     "simulate --preset list takes no other argument, got --gpus"),
+    (["simulate", "--validate", "--json", "x.json"],
+     "simulate --validate takes no other argument, got --json"),
+    (["jobs", "render", "--scheduler", "pbs", "--nodes", "1", "--config", CONFIG, "--dry-run"],
+     "jobs render: unrecognized arguments: --dry-run (see yasgd jobs render --help)"),
+])
+def test_an_option_the_command_would_ignore_is_refused(tmp_path, args, message):
+    """An option given where it would do nothing is one line, not silently dropped."""
+    p = subprocess.run([YASGD, *args], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert (p.returncode, p.stdout) == (2, ""), p.stdout
+    assert p.stderr == f"yasgd: error: {message}\n", p.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -20,6 +20,9 @@ TINY = os.path.join(ROOT, "examples", "configs", "tiny.yaml")
     ("HOROVOD_FUSION_THRESHOLD", "67108864"), ("HOROVOD_FUSION_THRESHOLD", "0"),
     ("HOROVOD_CYCLE_TIME", "0.2"), ("HOROVOD_CYCLE_TIME", "5"), ("HOROVOD_CYCLE_TIME", "0"), ("HOROVOD_LOG_LEVEL", "WARNING"),
     ("MXNET_ENGINE_TYPE", "NaiveEngine"), ("YASGD_OPS", "mxnet"),
+    ("OMP_NUM_THREADS", "+2"), ("HOROVOD_CYCLE_TIME", "1e-3"), ("HOROVOD_CYCLE_TIME", ".5"),
+    ("MXNET_MKLDNN_ENABLED", "TRUE"), ("MXNET_MKLDNN_ENABLED", "0"),
+    ("HOROVOD_TIMELINE", "timeline.json"), ("HOROVOD_TIMELINE", "/tmp/timeline.json"),
 ])
 def test_values_their_readers_take(name, value):
     assert envcheck.value_problem(name, value) is None
@@ -40,11 +43,39 @@ def test_values_their_readers_take(name, value):
     ("MXNET_ENGINE_TYPE", "naiveengine", "must be one of NaiveEngine, ThreadedEngine, "
      "ThreadedEnginePerDevice, ThreadedEnginePooled"),
     ("YASGD_OPS", "Yasgd", "must be one of yasgd, mxnet"),
+    # what Python's int() and float() take and C's readers do not
+    ("OMP_NUM_THREADS", "1_0", "must be an integer in [1, 2147483647]"),
+    ("OMP_NUM_THREADS", "\uff12", "must be an integer in [1, 2147483647]"),
+    ("HOROVOD_FUSION_THRESHOLD", "1_000", "must be an integer in [0, 9223372036854775807]"),
+    ("HOROVOD_CYCLE_TIME", "1_0", "must be a finite number >= 0"),
+    ("HOROVOD_CYCLE_TIME", "\uff10.5", "must be a finite number >= 0"),
+    ("MXNET_MKLDNN_ENABLED", "yes", "must be one of true, false, 1, 0 (any case, no spaces)"),
+    ("MXNET_MKLDNN_ENABLED", " 1", "must be one of true, false, 1, 0 (any case, no spaces)"),
+    ("YASGD_HOST_KIND", "GPU", "must be one of cpu, gpu"),
+    ("HOROVOD_TIMELINE", "/nonexistent-yasgd/t.json", "must name a file in an existing "
+     "writable folder (/nonexistent-yasgd is not one)"),
 ])
 def test_values_their_readers_do_not_take(name, value, why):
     assert envcheck.value_problem(name, value) == why
     assert envcheck.problem({name: value}) == (
         f"environment variable {name} {why}, got {value!r} (read by {envcheck.SPEC[name][3]})")
+
+
+@pytest.mark.parametrize("name,value", [
+    ("OMP_NUM_THREADS", "1_0"), ("OMP_NUM_THREADS", "+2"),
+    ("MXNET_MKLDNN_ENABLED", "yes"), ("MXNET_MKLDNN_ENABLED", "TRUE"),
+])
+def test_the_rule_is_the_readers_own(name, value):
+    """MXNet itself, given the value: it aborts (from C++, exit 134) where the check refuses
+    and runs a convolution where the check accepts."""
+    env = dict(os.environ, **{name: value})
+    run = subprocess.run([sys.executable, "-c", (
+        "import mxnet as mx\n"
+        "x, w = mx.nd.ones((1, 3, 8, 8)), mx.nd.ones((4, 3, 3, 3))\n"
+        "mx.nd.Convolution(x, w, kernel=(3, 3), num_filter=4, no_bias=True).asnumpy()\n")],
+        env=env, capture_output=True, text=True, timeout=120)
+    refused = envcheck.value_problem(name, value) is not None
+    assert (run.returncode != 0) is refused, (run.returncode, run.stderr[-500:])
 
 
 def test_unset_and_empty_are_the_readers_default():
@@ -75,6 +106,12 @@ def test_shipped_tuning_defaults_pass():
     (["bench", "optimizer", "--out", "{tmp}"], "HOROVOD_CYCLE_TIME", "soon"),
     (["launch", "-np", "2", "--", YASGD, "train", TINY, "run.dir={tmp}"],
      "HOROVOD_FUSION_THRESHOLD", "64MB"),
+    # jobs/common.sh would give any other value than cpu or gpu the cpu settings
+    (["launch", "-np", "2", "--", YASGD, "train", TINY, "run.dir={tmp}"],
+     "YASGD_HOST_KIND", "GPU"),
+    # what --grace defaults to
+    (["launch", "-np", "2", "--", YASGD, "train", TINY, "run.dir={tmp}"],
+     "OMPI_MCA_odls_base_sigkill_timeout", "abc"),
 ])
 def test_commands_refuse_before_anything_starts(tmp_path, argv, name, value):
     env = dict(os.environ, **{name: value})

@@ -30,9 +30,11 @@ def test_command_name_and_the_line(capsys):
     out, err = capsys.readouterr()
     assert out == "" and err == ("yasgd: error: bench.summary: argument --n: invalid int value: "
                                  "'x' (see python -m yasgd.bench.summary --help)\n")
-    # after parsing: the same line without the help hint, folded to one line
-    assert ap.fail("--out: a\nb is not a folder") == 2
-    assert capsys.readouterr().err == "yasgd: error: bench.summary: --out: a b is not a folder\n"
+    # after parsing: the same line without the help hint; a line break or control
+    # character in it (a path as typed) escaped, so the line is one line and exact
+    assert ap.fail("--out: a\nb\tc\x1b[0m\u2028d is not a folder") == 2
+    assert capsys.readouterr().err == (
+        "yasgd: error: bench.summary: --out: a\\nb\\tc\\x1b[0m\\u2028d is not a folder\n")
     assert usage.error("", "top level") == 2
     assert capsys.readouterr().err == "yasgd: error: top level\n"
 

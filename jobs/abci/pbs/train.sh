@@ -24,6 +24,10 @@ YASGD_HOME="${YASGD_HOME:-${PBS_O_WORKDIR:-$PWD}}"
 YASGD_CONFIG="${YASGD_CONFIG:-examples/configs/paper.yaml}"
 YASGD_RENDERED_ARGS=()
 # <<< yasgd jobs render
+[ -f "$YASGD_HOME/jobs/lib.sh" ] || {
+  printf '[yasgd-job] error: YASGD_HOME=%s is not the yasgd repository (no jobs/lib.sh): submit from it or set YASGD_HOME\n' "$YASGD_HOME" >&2
+  exit 2
+}
 
 cd "${PBS_O_WORKDIR:-$PWD}"
 # ABCI 3.0 software stack, versions pinned in one place (jobs/modules.sh): HPC-X (OpenMPI +
