@@ -148,8 +148,7 @@ yasgd_launcher() {
         YASGD_SRUN_PLUGIN=$(yasgd_srun_mpi)
         [ -z "$YASGD_SRUN_PLUGIN" ] || YASGD_LAUNCHER_USED=srun
       fi ;;
-    *) yasgd_die "YASGD_LAUNCHER must be srun, mpirun or auto, got '$want'" ;;
-  esac
+  esac      # (any other value: refused by yasgd_job before anything is made)
 }
 
 # A new run directory under YASGD_RUNS (never reuses one).
@@ -181,7 +180,16 @@ yasgd_job() {
   fi
   command -v "$py" >/dev/null 2>&1 || yasgd_die "python interpreter '$py' not found (set YASGD_PYTHON)"
   [ -f "$YASGD_CONFIG" ] || yasgd_die "config $YASGD_CONFIG not found (from $YASGD_HOME)"
-  # The preflight's settings, before anything is made: not once a rank after MPI starts.
+  # What the job was given, before anything is made (not once a rank after MPI starts): the
+  # scheduler's host list (a job across nodes must not run on one host without a word),
+  # the launcher and the preflight's settings.
+  if [ -n "$hostlist" ] && [ ! -f "$hostlist" ]; then
+    yasgd_die "host list $hostlist (from the scheduler) is not a file"
+  fi
+  case "${YASGD_LAUNCHER:-auto}" in
+    srun|mpirun|auto) ;;
+    *) yasgd_die "YASGD_LAUNCHER must be srun, mpirun or auto, got '$YASGD_LAUNCHER'" ;;
+  esac
   case "${YASGD_PREFLIGHT:-1}" in
     0|1) ;;
     *) yasgd_die "YASGD_PREFLIGHT must be 1 (run the preflight) or 0 (skip it), got '$YASGD_PREFLIGHT'" ;;
@@ -212,7 +220,7 @@ except argparse.ArgumentTypeError as e:
   # the run.dir override, whose value the config parses as YAML.
   name=${name//[^A-Za-z0-9._+-]/_}
   run_dir=$(yasgd_new_run_dir "$name-$sched-${jobid//\//_}")
-  if [ -n "$hostlist" ] && [ -f "$hostlist" ]; then
+  if [ -n "$hostlist" ]; then
     cp "$hostlist" "$run_dir/hostlist.orig"
   else
     yasgd_log "no host list from the scheduler: running on $(hostname) alone"

@@ -318,6 +318,9 @@ def _run(args: argparse.Namespace) -> int:
         from yasgd import outputs
         os.makedirs(args.run_dir, exist_ok=True)
         path = os.path.join(args.run_dir, "provenance.json")
+        if os.path.lexists(path):       # a run's record (a training's: world size and all)
+            raise UsageError(f"provenance: {path} exists; a run directory's provenance is "
+                             f"written once (name a new RUN_DIR)")
         outputs.write_json(path, provenance.collect(hostfile=args.hostfile))
         print(path)
         return 0

@@ -296,14 +296,18 @@ def test_a_yasgd_home_that_is_not_the_repository_is_one_line(tmp_path, script):
     ("YASGD_PREFLIGHT_TIMEOUT", "0", "YASGD_PREFLIGHT_TIMEOUT must be a finite number of "
                                      "seconds in (0, 31536000], got '0'"),
     ("YASGD_HOST_KIND", "GPU", "YASGD_HOST_KIND must be cpu or gpu, got GPU"),
+    ("YASGD_LAUNCHER", "foo", "YASGD_LAUNCHER must be srun, mpirun or auto, got 'foo'"),
+    # a host list the scheduler names but that is not there: not one host alone, silently
+    ("SGE_JOB_HOSTLIST", "/nonexistent-yasgd/hosts",
+     "host list /nonexistent-yasgd/hosts (from the scheduler) is not a file"),
 ])
 def test_job_settings_are_checked_before_anything_is_made(tmp_path, name, value, why):
     """Not once a rank after MPI starts: one line, status 2, no run directory."""
     hostlist = tmp_path / "hostlist"
     hostlist.write_text(f"{HOST}\n{HOST}\n")
-    r = run_bounded(["bash", "jobs/abci/uge/train.sh"], cwd=REPO, timeout=60,
-                    env=job_env(tmp_path, SGE_JOB_HOSTLIST=str(hostlist), NHOSTS="2",
-                                JOB_ID="5", **{name: value}))
+    env = job_env(tmp_path, SGE_JOB_HOSTLIST=str(hostlist), NHOSTS="2", JOB_ID="5")
+    env[name] = value
+    r = run_bounded(["bash", "jobs/abci/uge/train.sh"], cwd=REPO, timeout=60, env=env)
     assert r.returncode == 2, r.stdout[-3000:]
     errors = [ln for ln in r.stdout.splitlines() if "error" in ln]
     assert errors == [f"[yasgd-job] error: {why}"], r.stdout[-3000:]

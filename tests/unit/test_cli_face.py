@@ -251,3 +251,15 @@ def test_an_option_the_command_would_ignore_is_refused(tmp_path, args, message):
     assert (p.returncode, p.stdout) == (2, ""), p.stdout
     assert p.stderr == f"yasgd: error: {message}\n", p.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_provenance_is_written_once_per_run_directory(tmp_path):
+    """A run's provenance.json (a training's holds its world size) is never replaced."""
+    rc, out, err = _run(YASGD, "provenance", str(tmp_path))
+    assert rc == 0 and out == f"{tmp_path}/provenance.json\n", err
+    before = (tmp_path / "provenance.json").read_bytes()
+    rc, out, err = _run(YASGD, "provenance", str(tmp_path))
+    assert (rc, out) == (2, "")
+    assert err == (f"yasgd: error: provenance: {tmp_path}/provenance.json exists; a run "
+                   f"directory's provenance is written once (name a new RUN_DIR)\n"), err
+    assert (tmp_path / "provenance.json").read_bytes() == before
