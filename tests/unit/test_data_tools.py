@@ -178,6 +178,9 @@ def test_im2rec_bad_paths(conv, tmp_path):
     assert_usage_error(yasgd("data", "im2rec", src, afile / "sub"), str(afile), "is a file")
     os.makedirs(tmp_path / "out" / "train.rec")
     assert_usage_error(yasgd("data", "im2rec", src, tmp_path / "out"), "train.rec is a folder")
+    os.makedirs(tmp_path / "out2" / "val.idx.part")          # the name an output is written under
+    assert_usage_error(yasgd("data", "im2rec", src, tmp_path / "out2"),
+                       "val.idx.part is a folder")
     assert_usage_error(yasgd("data", "im2rec", tmp_path / "nowhere", tmp_path / "o"),
                        "nowhere does not exist")
     os.makedirs(tmp_path / "flat" / "images")

@@ -322,7 +322,8 @@ def _check_dst(dst: str) -> None:
     problem = entry_problem(probe)
     if problem:
         raise UsageError(f"im2rec: cannot write output folder {dst}: {problem}")
-    for name in OUTPUTS:
+    # every name written there: the outputs and the temporaries they are written under
+    for name in OUTPUTS + tuple(f"{n}.part" for n in OUTPUTS if n != "classes.txt"):
         if os.path.isdir(os.path.join(dst, name)):
             raise UsageError(f"im2rec: {os.path.join(dst, name)} is a folder; it would be "
                              "overwritten by an output file")
