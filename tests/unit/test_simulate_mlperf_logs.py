@@ -254,6 +254,21 @@ def test_cli_refuses_a_log_it_cannot_read_naming_the_file(tmp_path, case):
     assert f"{path}: {what}" in lines[0] and "Traceback" not in p.stderr
 
 
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_cli_refuses_a_result_that_is_no_regular_file(tmp_path, kind):
+    # a FIFO would block the read for good (the 60 s bound), a folder fail it
+    path = tmp_path / "result_0.txt"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    p = subprocess.run([sys.executable, "-m", "yasgd.simulate.mlperf_logs", str(tmp_path),
+                        "--gpus", "8"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert (p.returncode, p.stdout) == (2, "")
+    assert p.stderr == (f"yasgd: error: simulate.mlperf_logs: {path}: not a regular file\n"), \
+        p.stderr
+
+
 def test_a_v05_value_nested_past_the_parser_is_kept_as_text():
     # v0.5 keeps a value that is not JSON as its text; so too one nested past json's limit
     ev = ml.events(f":::MLPv0.5.0 resnet 1.5 (x.py:1) opt_name: {DEEP}\n")

@@ -168,6 +168,8 @@ def read_results(folder: str, gpus: int, batch: Optional[int] = None) -> Dict:
     runs, batches, samples = [], set(), set()
     for name in files:
         path = os.path.join(folder, name)
+        if not os.path.isfile(path):    # a FIFO would block the read, a folder fail it
+            raise UsageError(f"{path}: not a regular file")
         try:
             with open(path, "rb") as f:
                 data = f.read()
