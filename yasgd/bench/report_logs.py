@@ -155,7 +155,7 @@ def make_test(rec: Records) -> str:
     ends = "; ".join(f"`{suite}` " + (" / ".join(e) or "no result line (interrupted?)")
                      for suite, e in suites)
     stop = ("; make stopped: " + "; ".join(f"`{e}`" for e in errors)) if errors else ""
-    return _wrap(f"Pytest's last lines in one `make test` on the benchmarks' 2-core machine "
+    return _wrap(f"Pytest's last lines in one `make test` on a 2-core machine with no GPU "
                  f"(`examples/results/make_test.log`; one a rank under mpirun): {ends}{stop}.")
 
 
