@@ -119,12 +119,7 @@ def load_record(path: str, shape: object) -> dict:
     RecordError naming the file and what is wrong with it
     where it cannot be read, is no JSON, or lacks or mistypes a field of ``shape``."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise RecordError(f"{path}: cannot read it: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:     # a ValueError too: caught before JSON's own
-        raise RecordError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise RecordError(f"{path}: not valid JSON: {e}") from None
     wrong = mismatch(data, shape)
@@ -134,6 +129,7 @@ def load_record(path: str, shape: object) -> dict:
 
 
 def read_text(path: str) -> str:
+    """The text of ``path`` (UTF-8); RecordError naming the file where it cannot be read."""
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()

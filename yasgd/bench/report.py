@@ -29,7 +29,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from yasgd import outputs, usage
 from yasgd.bench.report_util import (BEGIN, BLOCK, DEFAULT_RESULTS, DOC_GLOBS, REPO,  # noqa: F401
@@ -107,9 +107,11 @@ def render_text(text: str, rec: Records) -> Tuple[str, List[str]]:
     return BLOCK.sub(sub, text), changed
 
 
-def stale(root: str = REPO, results: str = DEFAULT_RESULTS) -> List[Tuple[str, str]]:
-    """(file relative to root, block name) of every block that differs from the records."""
-    rec = Records(results)
+def stale(root: str = REPO, results: str = DEFAULT_RESULTS,
+          rec: Optional[Records] = None) -> List[Tuple[str, str]]:
+    """(file relative to root, block name) of every block that differs from the records
+    (``rec``: those of ``results``, where the caller has read them already)."""
+    rec = Records(results) if rec is None else rec
     out = []
     for path in doc_files(root):
         with open(path) as f:
@@ -119,8 +121,9 @@ def stale(root: str = REPO, results: str = DEFAULT_RESULTS) -> List[Tuple[str, s
 
 
 @outputs.together()
-def write(root: str = REPO, results: str = DEFAULT_RESULTS) -> List[Tuple[str, str]]:
-    rec = Records(results)
+def write(root: str = REPO, results: str = DEFAULT_RESULTS,
+          rec: Optional[Records] = None) -> List[Tuple[str, str]]:
+    rec = Records(results) if rec is None else rec
     out = []
     for path in doc_files(root):
         with open(path) as f:
@@ -158,15 +161,16 @@ def main(argv: List[str] = None) -> int:
                 recorded.append(read_log(which, log))
         except (OSError, ValueError) as e:
             return ap.fail(f"--make-{which}-log: {e}")
-    try:                           # every JSON record read and checked before anything is written
-        Records(args.results).check()
+    rec = Records(args.results)     # every JSON record read and checked before anything is
+    try:                            # written; the blocks are rendered from the same records
+        rec.check()
     except record_shape.RecordError as e:
         return ap.fail(e)
     for name, lines in recorded:
         write_record(args.results, name, lines)
     try:
         if args.check:
-            bad = stale(REPO, args.results)
+            bad = stale(REPO, args.results, rec)
             for f, n in bad:
                 print(f"{f}: block {n} differs from the records in {args.results}")
             print("generated blocks up to date" if not bad else
@@ -177,7 +181,7 @@ def main(argv: List[str] = None) -> int:
                       f"in {args.results}: run python -m yasgd.bench.summary --out "
                       f"{args.results}")
             return 1 if bad or old_summary else 0
-        done = write(REPO, args.results)
+        done = write(REPO, args.results, rec)
     except (OSError, ValueError, KeyError) as e:
         return ap.fail(e)
     for f, n in done:

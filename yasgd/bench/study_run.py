@@ -313,8 +313,7 @@ def check_record(name: str, path: str, study: Study, quick: bool) -> None:
     mistyped ``--cache``). An entry of other code counts as there: its run trains again, as
     a change of code asks. A record of the other scale (``--quick`` or not) is another table."""
     try:
-        with open(path) as f:
-            old = json.load(f)
+        old = common.read_json(path)
     except (OSError, ValueError):
         return                                  # none (or none of a bench's) to lose
     if not isinstance(old, dict) or bool(old.get("quick")) != quick:

@@ -8,7 +8,7 @@ acceptance lines met), every acceptance line in one table, then each benchmark's
 Markdown (headings moved one level down) with its plots, and links to any PNG in DIR not
 shown yet. Benchmarks missing from DIR are listed as missing, never silently dropped; a
 bench_*.json that is no JSON object, or lacks or mistypes a field read here, is refused
-(:func:`load_record`: one line naming the file and the field, exit 2, nothing written).
+(record_shape.load_record: one line naming the file and the field, exit 2, nothing written).
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from typing import Dict, List, Optional
 
 from yasgd import outputs, usage
 from yasgd.bench import common
-from yasgd.bench.record_shape import (ANY, BOOL, NUM, STR, Maybe, RecordError, read_text,
-                                      load_record as load_record_as)
+from yasgd.bench.record_shape import (ANY, BOOL, NUM, STR, Maybe, RecordError, load_record,
+                                      read_text)
 
 #: The order of ``make bench`` (Makefile), then anything else found.
 ORDER = ("optimizer", "allreduce", "init", "overlap", "throughput", "data", "largebatch",
@@ -38,26 +38,21 @@ BENCH = {"title?": STR, "quick?": ANY, "hardware?": {"load_avg_1min?": ANY},
          "acceptance?": [ACCEPTANCE_LINE]}
 
 
-def load_record(path: str) -> dict:
-    """A bench_*.json as the summary reads it (:data:`BENCH`; RecordError naming the file)."""
-    return load_record_as(path, BENCH)
-
-
 def _demote(md: str) -> str:
     return re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", md, flags=re.M)
 
 
 def collect(out_dir: str) -> Dict[str, Dict[str, object]]:
     """name -> {"json": dict or None, "md": text or None, "pngs": [...]}; RecordError on a
-    bench_*.json that is not what the summary reads (:func:`load_record`), before anything
-    is written."""
+    bench_*.json that is not what the summary reads (:data:`BENCH`), before anything is
+    written."""
     found: Dict[str, Dict[str, object]] = {}
     for path in glob.glob(os.path.join(out_dir, "bench_*.json")) + \
             glob.glob(os.path.join(out_dir, "bench_*.md")):
         name = os.path.splitext(os.path.basename(path))[0][len("bench_"):]
         entry = found.setdefault(name, {"json": None, "md": None, "pngs": []})
         if path.endswith(".json"):
-            entry["json"] = load_record(path)
+            entry["json"] = load_record(path, BENCH)
         else:
             entry["md"] = read_text(path)
     for name, entry in found.items():
