@@ -270,8 +270,11 @@ def test_uge_script_exits_with_failure_status(tmp_path):
                     env=job_env(tmp_path, JOB_ID="1", **base), timeout=120)
     assert r.returncode == 2, r.stdout[-3000:]
     assert "unknown config key train.nope" in r.stdout
+    # mpirun's grace at 2 s: after a failed rank it waits about twice the grace before it
+    # exits, and the scripts' 10 s default would only add that wait here
     r = run_bounded(["bash", "jobs/abci/uge/train.sh"], cwd=REPO, timeout=120,
-                    env=job_env(tmp_path, JOB_ID="2", YASGD_TRAIN_CMD=f"{PYTHON} -c exit(7)", **base))
+                    env=job_env(tmp_path, JOB_ID="2", YASGD_TRAIN_CMD=f"{PYTHON} -c exit(7)",
+                                OMPI_MCA_odls_base_sigkill_timeout="2", **base))
     assert r.returncode == 7, r.stdout[-3000:]
     assert (next((tmp_path / "runs").glob("tiny-uge-2*")) / "exit_status").read_text().strip() == "7"
 
@@ -336,7 +339,8 @@ def test_slurm_job_exit_status_is_mpiruns(tmp_path, local_slurm):  # noqa: F811
     script = tmp_path / "job.sbatch"
     script.write_text(jobs.render(scheduler="slurm", nodes=1, gpus_per_node=2, config=CONFIG,
                                   walltime="0:05:00"))
-    env = job_env(tmp_path, YASGD_TRAIN_CMD=f"{PYTHON} -c exit(5)")
+    env = job_env(tmp_path, YASGD_TRAIN_CMD=f"{PYTHON} -c exit(5)",
+                  OMPI_MCA_odls_base_sigkill_timeout="2")   # as in the UGE test above
     job = local_slurm.sbatch(str(script), cwd=str(tmp_path), env=env)
     state, code = local_slurm.wait(job, timeout=120)
     output = (tmp_path / f"yasgd-{job}.out").read_text()

@@ -239,7 +239,10 @@ def test_rendered_gpu_job_stops_at_the_preflight(tmp_path):
     nodefile.write_text(f"{HOST}\n{HOST}\n")
     env = _env(PATH=fake_gpu_bin(tmp_path, gpus=2), PBS_NODEFILE=str(nodefile),
                PBS_JOBID="77.pbs", PBS_O_WORKDIR=REPO, YASGD_RUNS=str(tmp_path / "runs"),
-               YASGD_PYTHON=PYTHON, YASGD_ARGS="")
+               YASGD_PYTHON=PYTHON, YASGD_ARGS="",
+               # mpirun waits about twice its grace after the failed ranks before it exits;
+               # the scripts' 10 s default would only add that wait here
+               OMPI_MCA_odls_base_sigkill_timeout="2")
     for var in ("BASH_FUNC_module%%", "MODULESHOME", "YASGD_TRAIN_CMD"):
         env.pop(var, None)
     t0 = time.time()

@@ -219,7 +219,7 @@ def test_two_plus_two_epochs_equal_four(straight, data_root, tmp_path, jobs):
 # -- 2. a rank killed mid-epoch ---------------------------------------------------------------
 def test_sigkill_of_one_rank_mid_epoch_then_resume_auto(straight, data_root, tmp_path, jobs):
     args = common(data_root, tmp_path, "k") + ["train.checkpoint_every=1"]
-    job = Job(tmp_path, args, tag="killed")
+    job = Job(tmp_path, args, grace=2, tag="killed")   # mpirun's wait after the kill: 2x grace
     jobs.append(job)
     # in epoch 2, after its first log interval (step 6 of 5..8), ckpt-1 written
     wait_until(lambda: any(s >= SPE + 2 for s in train_steps(tmp_path, "k")), 150, "step 6")

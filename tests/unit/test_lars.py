@@ -10,6 +10,8 @@ weights after 20 steps (fp32 arithmetic against float64), and for fp16
 multi_precision on the fp32 master weights. Every test runs on both operator backends
 (yasgd's library and the fallback to MXNet's operators, YASGD_OPS=yasgd|mxnet).
 """
+import functools
+
 import mxnet as mx
 import numpy as np
 import pytest
@@ -66,7 +68,8 @@ def run_yasgd(ws, gs_per_step, opt, dtype="float32"):
     return [w.asnumpy() for w in weights], None
 
 
-def make_data(seed, zero_grad_layer=None):
+@functools.lru_cache(maxsize=None)
+def _drawn(seed, zero_grad_layer):
     rng = np.random.RandomState(seed)
     ws = [(rng.randn(*s) * 0.05).astype(np.float32) for s in SHAPES]
     ws[3][:] = 0.0     # a zero weight tensor: LARS falls back to local_lr = 1
@@ -74,7 +77,27 @@ def make_data(seed, zero_grad_layer=None):
     if zero_grad_layer is not None:
         for step in gs:
             step[zero_grad_layer][:] = 0.0
+    for a in ws + [g for step in gs for g in step]:
+        a.flags.writeable = False
     return ws, gs
+
+
+def make_data(seed, zero_grad_layer=None):
+    """The same draw for every test that asks for it (drawn once, read-only); the weights
+    come as copies, since a test may zero one of them."""
+    ws, gs = _drawn(seed, zero_grad_layer)
+    return [w.copy() for w in ws], gs
+
+
+_REFERENCES = {}
+
+
+def cached_reference(key, *args, **kwargs):
+    """reference(*args) once per key: the cases that differ only in the backend or in fused
+    versus per-layer share one float64 computation (the key names everything it reads)."""
+    if key not in _REFERENCES:
+        _REFERENCES[key] = reference(*args, **kwargs)
+    return _REFERENCES[key]
 
 
 SETTINGS = [  # eta, eps, wd, momentum, wd_in_denominator, momentum_correction, rescale
@@ -97,7 +120,7 @@ def test_lars_matches_numpy(setting, fused):
                            momentum_correction=corr, wd_in_denominator=den, fused=fused,
                            lr_scheduler=lr, wd_scheduler=wdf, rescale_grad=rescale)
     got, _ = run_yasgd(ws, gs, opt)
-    ref = reference(ws, gs, lr, wdf, m, eta, eps, rescale, den, corr)
+    ref = cached_reference(("matches", setting), ws, gs, lr, wdf, m, eta, eps, rescale, den, corr)
     for i, (a, b) in enumerate(zip(got, ref)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max(),
                                    err_msg=f"tensor {i} shape {SHAPES[i]}")
@@ -115,13 +138,15 @@ def test_lars_exclude_1d_matches_numpy(exclude_1d, fused):
     opt = yasgd.optim.LARS(learning_rate=2.0, momentum=0.9, wd=5e-4, eta=0.005, epsilon=1e-9,
                            exclude_1d=exclude_1d, fused=fused, lr_scheduler=lr, wd_scheduler=wdf)
     got, _ = run_yasgd(ws, gs, opt)
-    ref = reference(ws, gs, lr, wdf, 0.9, 0.005, 1e-9, 1.0, True, False, exclude_1d)
+    ref = cached_reference(("exclude_1d", exclude_1d), ws, gs, lr, wdf, 0.9, 0.005, 1e-9, 1.0,
+                           True, False, exclude_1d)
     for i, (a, b) in enumerate(zip(got, ref)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max(),
                                    err_msg=f"tensor {i} shape {SHAPES[i]}")
     # the choices differ on the 1-D tensors only (the 2-D ones see the same rule)
     if exclude_1d != "lars_and_wd":
-        base = reference(ws, gs, lr, wdf, 0.9, 0.005, 1e-9, 1.0, True, False)
+        base = cached_reference(("exclude_1d", "lars_and_wd"), ws, gs, lr, wdf, 0.9, 0.005, 1e-9,
+                                1.0, True, False, "lars_and_wd")
         for i, s in enumerate(SHAPES):
             same = np.allclose(base[i], ref[i], rtol=1e-9, atol=0)
             assert same == (len(s) >= 2), (i, s)
@@ -141,9 +166,9 @@ def test_lars_fp16_multi_precision(fused):
     opt = yasgd.optim.LARS(learning_rate=2.0, momentum=0.9, wd=5e-5, eta=0.001, epsilon=1e-9,
                            fused=fused, multi_precision=True, lr_scheduler=lr, rescale_grad=0.25)
     masters, weights16 = run_yasgd(ws16, gs16, opt, dtype="float16")
-    ref = reference([w.astype(np.float32) for w in ws16],
-                    [[g.astype(np.float32) for g in step] for step in gs16],
-                    lr, lambda t: 5e-5, 0.9, 0.001, 1e-9, 0.25, True, False)
+    ref = cached_reference(("fp16",), [w.astype(np.float32) for w in ws16],
+                           [[g.astype(np.float32) for g in step] for step in gs16],
+                           lr, lambda t: 5e-5, 0.9, 0.001, 1e-9, 0.25, True, False)
     for i, (a, b) in enumerate(zip(masters, ref)):
         assert a.dtype == np.float32
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max(), err_msg=f"master {i}")
