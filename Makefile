@@ -29,11 +29,8 @@ train: install
 test: install
 	$(MAKE) --no-print-directory test-unit test-multiproc test-e2e test-cluster
 
-# The unit tests are independent: pytest-xdist spreads them over one worker per core, each
-# worker with one OpenMP thread.
-TEST_WORKERS ?= $(shell nproc)
 test-unit:
-	OMP_NUM_THREADS=1 $(PYTEST) -n $(TEST_WORKERS) tests/unit
+	OMP_NUM_THREADS=2 $(PYTEST) tests/unit
 
 test-multiproc:
 	$(MPIRUN) $(PYTEST) tests/multiproc
