@@ -271,11 +271,10 @@ def _run(args: argparse.Namespace) -> int:
         defaults = {"preset": "abci2019", "gpus": 2048, "batch": 81920, "epochs": 90,
                     "images_per_gpu_s": None, "budget_bytes": None, "plot": None,
                     "json": None}
-        alone = ("--validate" if args.validate else
-                 "--preset list" if args.preset == "list" else None)
+        alone, own = (("--validate", None) if args.validate else
+                      ("--preset list", "preset") if args.preset == "list" else (None, None))
         if alone:
-            given = [k for k, v in defaults.items() if getattr(args, k) != v
-                     and not (alone == "--preset list" and k == "preset")]
+            given = [k for k, v in defaults.items() if getattr(args, k) != v and k != own]
             if given:
                 raise UsageError(f"simulate {alone} takes no other argument, got --"
                                  + given[0].replace("_", "-"))

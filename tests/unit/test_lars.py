@@ -92,11 +92,11 @@ def make_data(seed, zero_grad_layer=None):
 _REFERENCES = {}
 
 
-def cached_reference(key, *args, **kwargs):
-    """reference(*args) once per key: the cases that differ only in the backend or in fused
-    versus per-layer share one float64 computation (the key names everything it reads)."""
+def cached_reference(key, compute):
+    """compute() once per key: the cases that differ only in the backend or in fused versus
+    per-layer share one float64 reference (the key names everything it reads)."""
     if key not in _REFERENCES:
-        _REFERENCES[key] = reference(*args, **kwargs)
+        _REFERENCES[key] = compute()
     return _REFERENCES[key]
 
 
@@ -120,7 +120,8 @@ def test_lars_matches_numpy(setting, fused):
                            momentum_correction=corr, wd_in_denominator=den, fused=fused,
                            lr_scheduler=lr, wd_scheduler=wdf, rescale_grad=rescale)
     got, _ = run_yasgd(ws, gs, opt)
-    ref = cached_reference(("matches", setting), ws, gs, lr, wdf, m, eta, eps, rescale, den, corr)
+    ref = cached_reference(("matches", setting),
+                           lambda: reference(ws, gs, lr, wdf, m, eta, eps, rescale, den, corr))
     for i, (a, b) in enumerate(zip(got, ref)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max(),
                                    err_msg=f"tensor {i} shape {SHAPES[i]}")
@@ -138,15 +139,15 @@ def test_lars_exclude_1d_matches_numpy(exclude_1d, fused):
     opt = yasgd.optim.LARS(learning_rate=2.0, momentum=0.9, wd=5e-4, eta=0.005, epsilon=1e-9,
                            exclude_1d=exclude_1d, fused=fused, lr_scheduler=lr, wd_scheduler=wdf)
     got, _ = run_yasgd(ws, gs, opt)
-    ref = cached_reference(("exclude_1d", exclude_1d), ws, gs, lr, wdf, 0.9, 0.005, 1e-9, 1.0,
-                           True, False, exclude_1d)
+    ref = cached_reference(("exclude_1d", exclude_1d), lambda: reference(
+        ws, gs, lr, wdf, 0.9, 0.005, 1e-9, 1.0, True, False, exclude_1d))
     for i, (a, b) in enumerate(zip(got, ref)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max(),
                                    err_msg=f"tensor {i} shape {SHAPES[i]}")
     # the choices differ on the 1-D tensors only (the 2-D ones see the same rule)
     if exclude_1d != "lars_and_wd":
-        base = cached_reference(("exclude_1d", "lars_and_wd"), ws, gs, lr, wdf, 0.9, 0.005, 1e-9,
-                                1.0, True, False, "lars_and_wd")
+        base = cached_reference(("exclude_1d", "lars_and_wd"), lambda: reference(
+            ws, gs, lr, wdf, 0.9, 0.005, 1e-9, 1.0, True, False, "lars_and_wd"))
         for i, s in enumerate(SHAPES):
             same = np.allclose(base[i], ref[i], rtol=1e-9, atol=0)
             assert same == (len(s) >= 2), (i, s)
@@ -166,9 +167,10 @@ def test_lars_fp16_multi_precision(fused):
     opt = yasgd.optim.LARS(learning_rate=2.0, momentum=0.9, wd=5e-5, eta=0.001, epsilon=1e-9,
                            fused=fused, multi_precision=True, lr_scheduler=lr, rescale_grad=0.25)
     masters, weights16 = run_yasgd(ws16, gs16, opt, dtype="float16")
-    ref = cached_reference(("fp16",), [w.astype(np.float32) for w in ws16],
-                           [[g.astype(np.float32) for g in step] for step in gs16],
-                           lr, lambda t: 5e-5, 0.9, 0.001, 1e-9, 0.25, True, False)
+    ref = cached_reference(("fp16",), lambda: reference(
+        [w.astype(np.float32) for w in ws16],
+        [[g.astype(np.float32) for g in step] for step in gs16],
+        lr, lambda t: 5e-5, 0.9, 0.001, 1e-9, 0.25, True, False))
     for i, (a, b) in enumerate(zip(masters, ref)):
         assert a.dtype == np.float32
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max(), err_msg=f"master {i}")

@@ -65,8 +65,11 @@ from yasgd.data.verify import warn as _warn
 
 IMAGE_EXTS = (".jpeg", ".jpg", ".png")
 TRAIN_SHUFFLE_SEED = 0
-OUTPUTS = tuple(f"{s}{e}" for s in ("train", "val") for e in (".rec", ".idx", ".digests")) + \
-    ("classes.txt",)
+SPLITS, RECORD_FILES = ("train", "val"), (".rec", ".idx", ".digests")
+OUTPUTS = tuple(f"{s}{e}" for s in SPLITS for e in RECORD_FILES) + ("classes.txt",)
+#: a split's record files are written under NAME.part and renamed once complete
+PART = ".part"
+PARTS = tuple(f"{s}{e}{PART}" for s in SPLITS for e in RECORD_FILES)
 
 
 # -- listing ---------------------------------------------------------------------
@@ -212,7 +215,7 @@ def _write_split(items: Sequence[Tuple[str, int]], prefix: str, resize: int, qua
                  workers: int, progress: bool, split: str, num_classes: int) -> dict:
     import mxnet as mx
     from tqdm import tqdm
-    tmp = {ext: prefix + ext + ".part" for ext in (".rec", ".idx", ".digests")}
+    tmp = {ext: prefix + ext + PART for ext in RECORD_FILES}
     writer = mx.recordio.MXIndexedRecordIO(tmp[".idx"], tmp[".rec"], "w")
     digests = None
     jobs = [(path, resize, quality) for path, _ in items]
@@ -289,7 +292,7 @@ def _check_apart(src: str, dst: str) -> None:
     input (a new class folder ``out`` of ``train/``, files the next conversion reads). The
     real path of ``dst`` and its ancestors are compared with ``src`` by device and inode, so
     no symlink, ``..`` or second mount of the folder gets round it. ``src`` inside ``dst``
-    is fine: every output (``OUTPUTS``, their ``.part``) is a file directly in ``dst``, so
+    is fine: every output (``OUTPUTS``, ``PARTS``) is a file directly in ``dst``, so
     none can be a file of ``src``, and ``src`` by one of those names is _check_dst's error."""
     try:
         src_stat = os.stat(src)
@@ -322,8 +325,7 @@ def _check_dst(dst: str) -> None:
     problem = entry_problem(probe)
     if problem:
         raise UsageError(f"im2rec: cannot write output folder {dst}: {problem}")
-    # every name written there: the outputs and the temporaries they are written under
-    for name in OUTPUTS + tuple(f"{n}.part" for n in OUTPUTS if n != "classes.txt"):
+    for name in OUTPUTS + PARTS:      # every name written there
         if os.path.isdir(os.path.join(dst, name)):
             raise UsageError(f"im2rec: {os.path.join(dst, name)} is a folder; it would be "
                              "overwritten by an output file")
