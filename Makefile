@@ -35,9 +35,8 @@ test-unit:
 test-multiproc:
 	$(MPIRUN) $(PYTEST) tests/multiproc
 
-# Two workers, a group of whole files each (tests/e2e/conftest.py says which and why).
 test-e2e:
-	$(PYTEST) -n 2 --dist loadgroup tests/e2e
+	$(PYTEST) tests/e2e
 
 # Two nodes inside this machine (network + UTS namespaces, a veth link, sshd, a
 # two-slurmd Slurm): docs/cluster.md, "A two-node rehearsal". Root; skipped with one
