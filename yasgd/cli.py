@@ -327,8 +327,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_out_dir(path: str, what: str) -> None:
+    from yasgd import outputs
     from yasgd.writable import dir_problem
-    problem = dir_problem(path)
+    problem = outputs.checked(dir_problem, path)
     if problem:
         raise UsageError(f"{what} {path} must be a writable directory (or one that can be "
                          f"created): {problem}")

@@ -297,9 +297,9 @@ def output_path(output: str, scheduler: str) -> str:
         path = os.path.join(path, SCRIPT_NAME[scheduler])
     elif output.endswith(os.sep):
         raise UsageError(f"--output {output!r}: no such directory")
-    problem = file_problem(path, ours=lambda head: f"\n{RENDERED_BY}yasgd jobs render ".encode()
-                           in head,
-                           kind="a job script written by yasgd jobs render")
+    problem = outputs.checked(
+        file_problem, path, ours=lambda head: f"\n{RENDERED_BY}yasgd jobs render ".encode() in head,
+        kind="a job script written by yasgd jobs render")
     if problem:
         raise UsageError(f"--output {output!r}: {problem}")
     return path

@@ -13,6 +13,8 @@ Files that belong together are written inside :func:`together`: their temporarie
 renamed only when the whole block has ended without an exception, one after the other
 while the stop signals are held, so that a signal arriving then takes effect once the set
 is complete. A stop or an error anywhere in the block leaves every old file of the set.
+The checks that an output can be written (:mod:`yasgd.writable`) go through
+:func:`checked`, which holds the stop signals the same way.
 
 A temporary outlives its command only if the process is killed outright (SIGKILL, the
 out-of-memory killer); it is a hidden file named after the target, the host and the
@@ -27,7 +29,7 @@ import re
 import signal
 import socket
 import threading
-from typing import Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 from yasgd.checkpoint_format import fsync as _sync
 from yasgd.supervise import stop_signals
@@ -160,8 +162,16 @@ def together() -> Iterator[None]:
     _commit(staged)
 
 
+def checked(problem: Callable[..., Optional[str]], *args, **kw) -> Optional[str]:
+    """One of :mod:`yasgd.writable`'s checks, run whole. Each makes (and removes) an entry
+    where the output would go; a stop signal that lands while it exists takes effect once
+    it is removed, so a stop never leaves a ``.yasgd-probe-*`` in the user's folder."""
+    with holding_stops():
+        return problem(*args, **kw)
+
+
 @contextlib.contextmanager
-def _holding_stops() -> Iterator[None]:
+def holding_stops() -> Iterator[None]:
     """Record the stop signals that arrive in the block and deliver them after it. Only
     the main thread can change a handler; elsewhere the block runs as it is."""
     if threading.current_thread() is not threading.main_thread():
@@ -184,7 +194,7 @@ def _holding_stops() -> Iterator[None]:
 def _commit(staged: List[Tuple[str, str]]) -> None:
     done = 0
     try:
-        with _holding_stops():
+        with holding_stops():
             for tmp, target in staged:
                 os.replace(tmp, target)
                 done += 1

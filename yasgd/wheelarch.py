@@ -219,7 +219,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             check_wheel(w)
         if not args.out:
             raise ValueError("--out needs a file name (or - for stdout)")
-        problem = file_problem(args.out, *OURS) if args.out != "-" else None
+        problem = outputs.checked(file_problem, args.out, *OURS) if args.out != "-" else None
         if problem:
             raise ValueError(f"--out {args.out}: {problem}")
         text = json.dumps(inspect(args.wheels, args.cuobjdump, args.package), indent=1) + "\n"

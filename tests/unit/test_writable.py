@@ -125,3 +125,77 @@ def test_an_output_option_replaces_its_own_earlier_output(tmp_path):
         assert p.returncode == 0, p.stderr
     assert sorted(os.listdir(tmp_path)) == ["job.sh", "run.yaml", "simulate.json",
                                             "simulate.png"]
+
+
+# A stop signal that lands while a check's entry exists: os.rmdir / os.remove of the probe
+# first send SIGTERM to the process itself, so the signal is real and lands inside the window.
+_STOP_IN_PROBE = """
+import os, signal, sys
+for name in ("rmdir", "remove", "unlink"):
+    def hooked(path, *a, _real=getattr(os, name), **kw):
+        if ".yasgd-probe-" in os.fspath(path):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return _real(path, *a, **kw)
+    setattr(os, name, hooked)
+{body}
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ["bench", "optimizer", "--quick", "--out", "{out}/res"],
+    ["provenance", "{out}/run"],
+    ["simulate", "--json", "{out}/sim.json"],
+    ["simulate", "--plot", "{out}/sim.png"],
+    ["jobs", "render", "--scheduler", "pbs", "--nodes", "1", "--config", "{cfg}", "-o",
+     "{out}/job.sh"],
+    ["data", "im2rec", "{src}", "{out}/rec"],
+], ids=["bench --out", "provenance", "simulate --json", "simulate --plot", "jobs render",
+        "data im2rec"])
+def test_a_stop_during_an_output_check_leaves_nothing_behind(tmp_path, args):
+    # the command stops as a stop signal makes it (exit 143, one line), after the check's
+    # entry is gone: the user's folder holds what it held
+    for split in ("train", "val"):
+        (tmp_path / "src" / split / "a").mkdir(parents=True)
+    (tmp_path / "run.yaml").write_text("train: {epochs: 8, global_batch: 64}\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [a.format(out=out, src=tmp_path / "src", cfg=tmp_path / "run.yaml") for a in args]
+    body = f"from yasgd.cli import main\nsys.exit(main({args!r}))"
+    p = subprocess.run([sys.executable, "-c", _STOP_IN_PROBE.format(body=body)],
+                       capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stderr) == (143, "yasgd: stopped by SIGTERM\n"), p.stderr[-3000:]
+    assert os.listdir(out) == [], os.listdir(out)
+
+
+def test_the_check_alone_is_what_a_stop_in_its_window_breaks(tmp_path):
+    # the hazard the commands' checks are held against: the same signal, the check called
+    # bare under a handler that unwinds, leaves its probe folder behind
+    body = ("from yasgd import supervise, writable\nsupervise.stop_by_unwinding()\n"
+            f"try:\n    writable.dir_problem({str(tmp_path)!r})\n"
+            "except supervise.Stopped:\n    sys.exit(143)")
+    p = subprocess.run([sys.executable, "-c", _STOP_IN_PROBE.format(body=body)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 143, p.stderr
+    assert len(_left(tmp_path)) == 1 and os.listdir(tmp_path) == _left(tmp_path)
+
+
+def test_every_output_check_of_a_command_is_held():
+    # the checks are called only through outputs.checked, named as its first argument; the
+    # one bare call is the run directory's in yasgd.config, which every rank of a training
+    # makes (a module in the cached runs' code map, left as it is)
+    import ast
+    import glob
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    checks = {"dir_problem", "file_problem", "entry_problem"}
+    bare = []
+    for path in glob.glob(os.path.join(root, "yasgd", "**", "*.py"), recursive=True):
+        rel = os.path.relpath(path, root)
+        if rel == os.path.join("yasgd", "writable.py"):
+            continue
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+                if name in checks:
+                    bare.append(f"{rel}:{node.lineno}")
+    assert [b.split(":")[0] for b in bare] == [os.path.join("yasgd", "config.py")], bare

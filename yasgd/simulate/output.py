@@ -171,7 +171,7 @@ def _output_file(path: Optional[str], what: str, name: str) -> Optional[str]:
         path = os.path.join(path, name)
     elif path.endswith(os.sep):
         raise UsageError(f"{what} {path}: directory {path} does not exist")
-    problem = file_problem(path, *OURS[what])
+    problem = outputs.checked(file_problem, path, *OURS[what])
     if problem:
         raise UsageError(f"{what} {path}: {problem}")
     return path
