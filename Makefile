@@ -29,14 +29,19 @@ train: install
 test: install
 	$(MAKE) --no-print-directory test-unit test-multiproc test-e2e test-cluster
 
+# The unit tests run on one pytest-xdist worker per core, one OpenMP thread each; those
+# marked serial (pytest.ini) run afterwards alone. The e2e tests run on two workers, each a
+# group of whole files (tests/e2e/conftest.py says which and why).
+TEST_WORKERS ?= $(shell nproc)
 test-unit:
-	OMP_NUM_THREADS=2 $(PYTEST) tests/unit
+	OMP_NUM_THREADS=1 $(PYTEST) -n $(TEST_WORKERS) -m "not serial" tests/unit
+	OMP_NUM_THREADS=2 $(PYTEST) -m serial tests/unit
 
 test-multiproc:
 	$(MPIRUN) $(PYTEST) tests/multiproc
 
 test-e2e:
-	$(PYTEST) tests/e2e
+	$(PYTEST) -n 2 --dist loadgroup tests/e2e
 
 # Two nodes inside this machine (network + UTS namespaces, a veth link, sshd, a
 # two-slurmd Slurm): docs/cluster.md, "A two-node rehearsal". Root; skipped with one

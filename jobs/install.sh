@@ -320,8 +320,8 @@ mxnet_others() {
 # gluoncv's unpinned dependencies pinned to versions that accept numpy 1.23.5.
 REQS=(numpy==1.23.5 "$MXNET" wheel setuptools pyyaml==6.0.2 mpi4py==4.1.2
       opencv-python==4.11.0.86 scipy==1.15.3 pandas==2.3.3 matplotlib==3.10.9
-      contourpy==1.3.2 gluoncv==0.10.5.post0 pytest==8.3.4 mlperf-logging==4.1.68
-      tqdm==4.67.1 Pillow==11.0.0)
+      contourpy==1.3.2 gluoncv==0.10.5.post0 pytest==8.3.4 pytest-xdist==3.6.1 execnet==2.1.2
+      mlperf-logging==4.1.68 tqdm==4.67.1 Pillow==11.0.0)
 want="$(printf '%s\n' "${REQS[@]}" "$HOROVOD" | sha1sum | cut -c1-12)"
 case $VENV in /*) VENV_ABS=$VENV ;; *) VENV_ABS="$HERE/$VENV" ;; esac
 

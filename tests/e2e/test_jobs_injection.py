@@ -35,7 +35,9 @@ from yasgd import UsageError, jobs  # noqa: E402
 
 TINY = os.path.join(REPO, "examples/configs/tiny.yaml")
 SCHEDULERS = ("pbs", "uge", "slurm")
-MARK = "pwn" + uuid.uuid4().hex[:6]
+# fresh for each pytest run, and one for all its pytest-xdist workers (their test ids name it,
+# and the workers must collect the same ids)
+MARK = "pwn" + (os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex)[:6]
 MARK_RE = re.compile(re.escape(MARK) + r"(\.\w+)?")
 
 

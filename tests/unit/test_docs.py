@@ -229,6 +229,27 @@ def test_make_test_record_keeps_each_suite_and_how_it_ended(tmp_path):
             "test-e2e] Error 1`.") in block
 
 
+def test_make_test_record_names_a_suite_run_in_parts_by_marker(tmp_path):
+    """A suite that make runs in two pytest runs, chosen by a marker expression (-m): the
+    record and the README block name each run with its expression."""
+    log = tmp_path / "make_test.out"
+    log.write_text('OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q -n 2 -m "not serial" '
+                   'tests/unit\n1400 passed, 134 deselected in 140.00s (0:02:20)\n'
+                   "OMP_NUM_THREADS=2 .venv/bin/python -m pytest -q -m serial tests/unit\n"
+                   "134 passed, 1400 deselected in 40.00s\n")
+    results = tmp_path / "results"
+    results.mkdir()
+    report_logs.write_record(str(results), *report_logs.read_log("test", str(log)))
+    kept = (results / "make_test.log").read_text()
+    assert kept.splitlines() == [
+        'pytest -m "not serial" tests/unit', "1400 passed, 134 deselected in 140.00s (0:02:20)",
+        "pytest -m serial tests/unit", "134 passed, 1400 deselected in 40.00s"]
+    assert report_logs.make_test_lines(kept) == kept.splitlines()
+    block = " ".join(report_logs.make_test(report.Records(str(results))).split())
+    assert ('`tests/unit -m "not serial"` 1400 passed, 134 deselected in 140.00s (0:02:20); '
+            "`tests/unit -m serial` 134 passed, 1400 deselected in 40.00s.") in block
+
+
 @pytest.mark.parametrize("text,message", [
     ("make: Nothing to be done for 'all'.\n", "names no pytest suite"),
     ("", "names no pytest suite"),

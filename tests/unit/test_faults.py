@@ -15,6 +15,9 @@ import pytest
 from yasgd import faults
 from yasgd.watchdog import AUTO_FLOOR_S, AUTO_STEPS, PHASE_FACTORS, STALL_EXIT_STATUS, Watchdog
 
+# timed processes and signals: alone, after the other unit tests (pytest.ini, "serial")
+pytestmark = pytest.mark.serial
+
 
 class Aborted:
     def __init__(self):

@@ -14,6 +14,9 @@ import pytest
 
 from yasgd.supervise import _live, _stat
 
+# timed processes and signals: alone, after the other unit tests (pytest.ini, "serial")
+pytestmark = pytest.mark.serial
+
 HEAD = """
 import os, signal, sys, threading, time
 from yasgd import supervise

@@ -11,6 +11,9 @@ import pytest
 
 from yasgd.workers import WorkerDied, Workers
 
+# timed processes and signals: alone, after the other unit tests (pytest.ini, "serial")
+pytestmark = pytest.mark.serial
+
 BIG = 200_000  # bytes a result carries: more than a pipe holds, so workers block writing
 
 

@@ -102,13 +102,14 @@ def make_train(rec: Records) -> str:
     return "\n".join(out)
 
 
-# a pytest command of the Makefile (or its line in a recorded log), and the suite it runs
-_SUITE = re.compile(r"\bpytest\b.*?\s(tests/[\w./-]+)\s*$")
+# a pytest command of the Makefile (or its line in a recorded log): its marker expression
+# (-m), when it selects by one, and the suite it runs
+_SUITE = re.compile(r"\bpytest\b(?:.*?\s(-m (?:\"[^\"]*\"|'[^']*'|\S+)))?.*?\s(tests/[\w./-]+)\s*$")
 # pytest's last line, "-q" or not: "1357 passed, 1 skipped in 173.59s (0:02:53)"; under
 # mpirun the ranks' output interleaves, so one may follow another's progress on its line
 _OUTCOME = re.compile(r"(?<!\w)((?:\d+ \w+|no tests ran)(?:, \d+ \w+)* in [0-9.]+s"
                       r"(?: \(\d+:\d\d:\d\d\))?)\s*=*$")
-_RUNS = "pytest "      # how a record names a suite: "pytest tests/unit"
+_RUNS = "pytest "      # how a record names a suite: "pytest tests/unit", "pytest -m serial ..."
 
 
 def make_test_lines(text: str) -> List[str]:
@@ -122,7 +123,7 @@ def make_test_lines(text: str) -> List[str]:
         for rx, fmt in ((_SUITE, _RUNS + "{}"), (_OUTCOME, "{}"), (_MAKE_ERROR, None)):
             m = rx.search(ln)
             if m:
-                ln = ln if fmt is None else fmt.format(m.group(1))
+                ln = ln if fmt is None else fmt.format(" ".join(g for g in m.groups() if g))
                 if not (out and ln == out[-1] and ln.startswith(_RUNS)):
                     out.append(ln)      # a launcher echoing the command it runs: once
                 break
@@ -152,11 +153,19 @@ def make_test(rec: Records) -> str:
     errors = [ln for ln in lines if _MAKE_ERROR.match(ln)]
     if not suites:
         return "The recorded `make test` log (`examples/results/make_test.log`) names no suite."
-    ends = "; ".join(f"`{suite}` " + (" / ".join(e) or "no result line (interrupted?)")
+    ends = "; ".join(f"`{_label(suite)}` " + (" / ".join(e) or "no result line (interrupted?)")
                      for suite, e in suites)
     stop = ("; make stopped: " + "; ".join(f"`{e}`" for e in errors)) if errors else ""
     return _wrap(f"Pytest's last lines in one `make test` on a 2-core machine with no GPU "
                  f"(`examples/results/make_test.log`; one a rank under mpirun): {ends}{stop}.")
+
+
+def _label(suite: str) -> str:
+    """A recorded suite as the README names it: ``tests/unit``, ``tests/unit -m serial``."""
+    if not suite.startswith("-m "):
+        return suite
+    marks, path = suite.rsplit(" ", 1)
+    return f"{path} {marks}"
 
 
 def _ran_to_the_end(lines: List[str]) -> bool:
