@@ -166,12 +166,12 @@ def checked(problem: Callable[..., Optional[str]], *args, **kw) -> Optional[str]
     """One of :mod:`yasgd.writable`'s checks, run whole. Each makes (and removes) an entry
     where the output would go; a stop signal that lands while it exists takes effect once
     it is removed, so a stop never leaves a ``.yasgd-probe-*`` in the user's folder."""
-    with holding_stops():
+    with _holding_stops():
         return problem(*args, **kw)
 
 
 @contextlib.contextmanager
-def holding_stops() -> Iterator[None]:
+def _holding_stops() -> Iterator[None]:
     """Record the stop signals that arrive in the block and deliver them after it. Only
     the main thread can change a handler; elsewhere the block runs as it is."""
     if threading.current_thread() is not threading.main_thread():
@@ -194,7 +194,7 @@ def holding_stops() -> Iterator[None]:
 def _commit(staged: List[Tuple[str, str]]) -> None:
     done = 0
     try:
-        with holding_stops():
+        with _holding_stops():
             for tmp, target in staged:
                 os.replace(tmp, target)
                 done += 1
