@@ -127,16 +127,16 @@ def test_an_output_option_replaces_its_own_earlier_output(tmp_path):
                                             "simulate.png"]
 
 
-# A stop signal that lands while a check's entry exists: os.rmdir / os.remove of the probe
-# first send SIGTERM to the process itself, so the signal is real and lands inside the window.
+# A stop signal that lands while a check's entry exists: os.rmdir of the probe folder (the one
+# entry writable makes) first sends SIGTERM to the process itself, so the signal is real and
+# lands inside the window.
 _STOP_IN_PROBE = """
 import os, signal, sys
-for name in ("rmdir", "remove", "unlink"):
-    def hooked(path, *a, _real=getattr(os, name), **kw):
-        if ".yasgd-probe-" in os.fspath(path):
-            os.kill(os.getpid(), signal.SIGTERM)
-        return _real(path, *a, **kw)
-    setattr(os, name, hooked)
+def hooked(path, *a, _real=os.rmdir, **kw):
+    if ".yasgd-probe-" in os.fspath(path):
+        os.kill(os.getpid(), signal.SIGTERM)
+    return _real(path, *a, **kw)
+os.rmdir = hooked
 {body}
 """
 
