@@ -145,7 +145,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="allreduce group budget")
     s.add_argument("--plot", type=_path, default=None,
                    help="write a PNG of efficiency against GPUs and budget "
-                        "(a directory: DIR/simulate.png)")
+                        "(a name ending in .png, or a directory: DIR/simulate.png)")
     s.add_argument("--json", type=_path, default=None, help="write the prediction as JSON "
                    "(a directory: DIR/simulate.json)")
     s.add_argument("--validate", action="store_true", help="print the model against every "

@@ -8,6 +8,7 @@ of check without bad values fails ``bad_values``. The schema-derived cases run i
 ``yasgd`` in a subprocess.
 """
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -291,6 +292,11 @@ CLI_CASES = [
      "--batch 1281168 is more than the 1,281,167 images of ImageNet-1k's training set"),
     (["simulate", "--plot", "{dir}/missing/x.png"], "--plot {dir}/missing/x.png: directory {dir}/missing does not exist"),
     (["simulate", "--plot", "{dir}/missing/"], "--plot {dir}/missing/"),
+    # matplotlib picks the format from the name: another suffix, or none, is no PNG
+    (["simulate", "--plot", "{dir}/fig.txt"], "--plot {dir}/fig.txt: --plot writes a PNG file; "
+                                              "name one ending in .png, or a directory"),
+    (["simulate", "--plot", "{dir}/fig"], "--plot {dir}/fig: --plot writes a PNG file"),
+    (["simulate", "--plot", "{dir}/fig.svg"], "--plot {dir}/fig.svg: --plot writes a PNG file"),
     (["simulate", "--json", "{dir}/missing/x.json"], "--json {dir}/missing/x.json"),
     (["simulate", "--json", "{plain}/x.json"], "--json {plain}/x.json"),
     # preflight: a timer past a year is refused (threading cannot wait that long)
@@ -388,6 +394,22 @@ def test_config_checks_need_no_mxnet(files):
 def test_help_still_works():
     rc, out, err = run_cli(CHECK, "--help")
     assert rc == 0 and "--world-size" in out and err == ""
+
+
+def test_simulate_plot_name_chooses_no_other_format(files):
+    d = os.path.join(files["dir"], "plotname")
+    os.makedirs(d)
+    rc, out, err = run_cli("simulate", "--gpus", "8", "--batch", "256", "--json",
+                           os.path.join(d, "p.json"), "--plot", os.path.join(d, "p.pdf"))
+    one_error(rc, out, err, "--plot writes a PNG file")
+    assert os.listdir(d) == []      # refused before the JSON too
+    rc, out, err = run_cli("simulate", "--gpus", "8", "--batch", "256", "--json",
+                           os.path.join(d, "p.txt"), "--plot", os.path.join(d, "P.PNG"))
+    assert rc == 0, err
+    with open(os.path.join(d, "P.PNG"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    with open(os.path.join(d, "p.txt")) as f:
+        assert json.load(f)["prediction"]["gpus"] == 8
 
 
 def test_simulate_writes_into_a_directory(files):

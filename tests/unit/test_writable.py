@@ -95,19 +95,22 @@ def test_file_problem_replaces_only_an_earlier_output(tmp_path):
     (["jobs", "submit", "--scheduler", "slurm", "--nodes", "1", "--config", "{cfg}", "--dry-run",
       "-o", "{cfg}"], "a job script written by yasgd jobs render"),
     (["simulate", "--json", "{cfg}"], "a JSON written by yasgd simulate"),
-    (["simulate", "--plot", "{cfg}"], "a PNG written by yasgd simulate"),
+    (["simulate", "--plot", "{png}"], "a PNG written by yasgd simulate"),
 ])
 def test_an_output_option_never_replaces_a_file_it_did_not_write(tmp_path, args, kind):
-    # the config the job reads, named as the output by a slip: refused, and kept as it was
-    cfg = tmp_path / "run.yaml"
-    text = "train: {epochs: 8, global_batch: 64}\n"
+    # the config the job reads, or a figure of the user's, named as the output by a slip:
+    # refused, and kept as it was
+    cfg, png = tmp_path / "run.yaml", tmp_path / "figure.png"
+    text, figure = "train: {epochs: 8, global_batch: 64}\n", b"\x89PNG\r\n\x1a\n not ours"
     cfg.write_text(text)
-    p = subprocess.run([YASGD, *[a.format(cfg=cfg) for a in args]], capture_output=True,
-                       text=True, timeout=120)
+    png.write_bytes(figure)
+    p = subprocess.run([YASGD, *[a.format(cfg=cfg, png=png) for a in args]],
+                       capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stdout == "", p.stdout + p.stderr
     assert p.stderr.count("\n") == 1 and f"exists and is not {kind}; writing would lose it" \
         in p.stderr, p.stderr
-    assert cfg.read_text() == text and sorted(os.listdir(tmp_path)) == ["run.yaml"]
+    assert cfg.read_text() == text and png.read_bytes() == figure
+    assert sorted(os.listdir(tmp_path)) == ["figure.png", "run.yaml"]
 
 
 def test_an_output_option_replaces_its_own_earlier_output(tmp_path):

@@ -171,11 +171,19 @@ def _output_file(path: Optional[str], what: str, name: str) -> Optional[str]:
         path = os.path.join(path, name)
     elif path.endswith(os.sep):
         raise UsageError(f"{what} {path}: directory {path} does not exist")
+    suffix = os.path.splitext(name)[1]
+    if what in NAMED_FORMAT and os.path.splitext(path)[1].lower() != suffix:
+        raise UsageError(f"{what} {path}: {what} writes a {suffix[1:].upper()} file; name one "
+                         f"ending in {suffix}, or a directory (it gets {name})")
     problem = outputs.checked(file_problem, path, *OURS[what])
     if problem:
         raise UsageError(f"{what} {path}: {problem}")
     return path
 
+
+# the outputs whose format the file's name chooses (matplotlib reads it from the suffix): any
+# other name would fail only after the prediction, or write what OURS does not recognise
+NAMED_FORMAT = ("--plot",)
 
 # what an earlier --plot / --json of simulate looks like (file_problem replaces no other file)
 OURS = {"--plot": (lambda head: head.startswith(b"\x89PNG\r\n\x1a\n")
