@@ -1,8 +1,8 @@
 """Bad records given to the maintainers' report tools, ``python -m yasgd.bench.summary --out
 DIR`` and ``python -m yasgd.bench.report --results DIR``: a results JSON that is not JSON, not
-an object, or lacks (or mistypes) a field the tool reads is refused with one line on stderr,
-``yasgd: error: NAME: FILE: what is wrong``, exit status 2, no traceback, and nothing in DIR
-(nor the documents) written.
+an object, lacks (or mistypes) a field the tool reads, or lacks a row a block looks up by
+name is refused with one line on stderr, ``yasgd: error: NAME: FILE: what is wrong``, exit
+status 2, no traceback, and nothing in DIR (nor the documents) written.
 
 Every test works on a copy of examples/results in tmp_path; the report runs with ``--check``
 (which writes nothing) or with its documents redirected to a copy (``report.REPO``).
@@ -173,6 +173,29 @@ def test_report_names_the_field_of_a_mistyped_record(results, name, damage, word
     _mistyped(results, name, damage, _check, "bench.report", words)
 
 
+@pytest.mark.parametrize("name,damage,words", [
+    # a loader the data block compares by name
+    ("bench_data.json", lambda d: d.update(results=[r for r in d["results"]
+                                                    if r["loader"] != "mx.io.ImageRecordIter"]),
+     "no entry 'mx.io.ImageRecordIter', which the generated block data-loaders reads"),
+    # an arm the reading (a block that reads five records) looks up in one of them
+    ("bench_optimizer.json", lambda d: d.update(records=[
+        r for r in d["records"] if r["arm"] != "yasgd fused (MXNet operators)"]),
+     "no record with arm='yasgd fused (MXNet operators)', which the generated block "
+     "bench-reading reads"),
+])
+def test_report_names_the_file_of_an_entry_a_block_lacks(results, name, damage, words):
+    import json
+    bad = results / name
+    d = json.loads(bad.read_text())
+    damage(d)
+    bad.write_text(json.dumps(d))
+    before = _files(results)
+    line = _refused(_check(results), "bench.report")
+    assert line == f"yasgd: error: bench.report: {bad}: {words}"
+    assert _files(results) == before
+
+
 def _mistyped(results, name, damage, tool, tool_name, words):
     """``damage`` the record ``name``, run ``tool`` on the folder: refused naming the file
     and ``words``, and every file as it was."""
@@ -186,10 +209,9 @@ def _mistyped(results, name, damage, tool, tool_name, words):
     assert _files(results) == before
 
 
-def test_report_checks_the_records_before_it_writes_anything(results, tmp_path, monkeypatch,
-                                                             capsys):
-    """A bad record found before the log given is recorded and before any block is written
-    (the documents here a copy of README.md and docs/, should it get that far)."""
+@pytest.fixture
+def docs(tmp_path, monkeypatch):
+    """A copy of README.md and docs/*.md, the report's documents for the test."""
     docs = tmp_path / "repo"
     (docs / "docs").mkdir(parents=True)
     shutil.copy(os.path.join(ROOT, "README.md"), docs)
@@ -197,6 +219,12 @@ def test_report_checks_the_records_before_it_writes_anything(results, tmp_path, 
         if p.endswith(".md"):
             shutil.copy(os.path.join(ROOT, "docs", p), docs / "docs")
     monkeypatch.setattr(report, "REPO", str(docs))
+    return docs
+
+
+def test_report_checks_the_records_before_it_writes_anything(results, docs, tmp_path, capsys):
+    """A bad record found before the log given is recorded and before any block is written
+    (the documents here a copy of README.md and docs/, should it get that far)."""
     log = tmp_path / "make_test.out"
     log.write_text((results / "make_test.log").read_text().replace("26 passed", "27 passed"))
     bad = results / "bench_throughput.json"
@@ -207,3 +235,24 @@ def test_report_checks_the_records_before_it_writes_anything(results, tmp_path, 
     assert out == "" and err.count("\n") == 1, err
     assert err.startswith(f"yasgd: error: bench.report: {bad}: not valid JSON"), err
     assert _files(results) == before and _files(docs) == docs_before
+
+
+def test_report_writes_no_block_when_a_later_block_lacks_an_entry(results, docs, capsys):
+    """Blocks rendered before the one that finds an entry missing are not written either
+    (the documents here a copy of README.md and docs/)."""
+    import json
+    # a README block out of date, so that the rewrite has something to write first
+    readme = docs / "README.md"
+    readme.write_text(readme.read_text().replace("passed in", "passed  in", 1))
+    bad = results / "bench_data.json"
+    d = json.loads(bad.read_text())
+    d["results"] = [r for r in d["results"] if r["loader"] != "mx.io.ImageRecordIter"]
+    bad.write_text(json.dumps(d))
+    before, docs_before = _files(results), _files(docs)
+    assert report.main(["--results", str(results)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"yasgd: error: bench.report: {bad}: no entry "), err
+    assert _files(results) == before and _files(docs) == docs_before
+    assert not [p for p in docs.rglob(".*") if p.is_file()]   # no temporary left
+

@@ -22,7 +22,9 @@ folder (``--results``, default ``examples/results``; a file missing there is rea
 records give, and a SUMMARY.md that differs from them (:func:`yasgd.bench.summary.stale`);
 ``tests/unit/test_docs.py`` does the same in memory. A JSON record that is no JSON object, or
 lacks or mistypes a field the blocks read (:data:`report_util.SHAPES`), is refused before
-anything is written: one line naming the file and the field, exit status 2.
+anything is written: one line naming the file and the field, exit status 2. So is a row or
+entry that a block looks up by name (a loader, an arm) and its record lacks: the line names
+the files the block read, what is missing and the block.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from yasgd import outputs, usage
 from yasgd.bench.report_util import (BEGIN, BLOCK, DEFAULT_RESULTS, DOC_GLOBS, REPO,  # noqa: F401
-                                     Records)
+                                     Missing, Records)
 from yasgd.bench.report_bench import (bench_acceptance, bench_allreduce, bench_init,
                                       bench_optimizer, bench_overlap, bench_reading,
                                       bench_throughput, data_loaders, headline_results,
@@ -100,7 +102,14 @@ def render_text(text: str, rec: Records) -> Tuple[str, List[str]]:
         name = m.group(2)
         if name not in RENDERERS:
             raise ValueError(f"unknown block {name!r}; one of {', '.join(RENDERERS)}")
-        body = RENDERERS[name](rec).rstrip("\n") + "\n"
+        rec.used = []
+        try:
+            body = RENDERERS[name](rec).rstrip("\n") + "\n"
+        except KeyError as e:      # a row or entry the block looks up by name
+            found = rec.source(e.record) if isinstance(e, Missing) else None
+            what = str(e) if isinstance(e, Missing) else f"no entry {e.args[0]!r}"
+            raise record_shape.RecordError(f"{found or ', '.join(rec.used) or rec.dir}: {what}, "
+                                           f"which the generated block {name} reads") from None
         if body != m.group(3):
             changed.append(name)
         return m.group(1) + body + m.group(4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from yasgd.bench import common, summary
 from yasgd.bench.report_logs import make_train_info
-from yasgd.bench.report_util import (Records, _acc, _hardware, _notes, _range, _rec, _rel,
+from yasgd.bench.report_util import (Missing, Records, _acc, _hardware, _notes, _range, _rec, _rel,
                                      _wrap, _x)
 
 
@@ -186,7 +186,7 @@ def _groups_way(ar: dict, mb: int) -> str:
     for r in ar["records"]:
         if r["way"].startswith(prefix):
             return r["way"]
-    raise KeyError(f"allreduce: no record of yasgd's groups at {mb} MB")
+    raise Missing(f"no record of yasgd's groups at {mb} MB", ar)
 
 
 def bench_reading(rec: Records) -> str:

@@ -121,12 +121,27 @@ class Records:
     def __init__(self, results_dir: str = DEFAULT_RESULTS):
         self.dir = results_dir
         self._cache: Dict[str, object] = {}
+        self.used: List[str] = []   # the files read since the caller last emptied it
 
-    def path(self, name: str) -> str:
+    def _locate(self, name: str) -> str:
         p = os.path.join(self.dir, name)
         return p if os.path.exists(p) else os.path.join(DEFAULT_RESULTS, name)
 
+    def path(self, name: str) -> str:
+        p = self._locate(name)
+        if p not in self.used:
+            self.used.append(p)
+        return p
+
+    def source(self, record: object) -> Optional[str]:
+        """The file a loaded record came from (None for an object that is not one)."""
+        for name, value in self._cache.items():
+            if value is record:
+                return self._locate(name)
+        return None
+
     def json(self, name: str) -> dict:
+        self.path(name)
         if name not in self._cache:
             shape = SHAPES.get(name, summary.BENCH if name.startswith("bench_") else {})
             self._cache[name] = record_shape.load_record(self.path(name), shape)
@@ -204,11 +219,22 @@ def _fold(line: str, width: int = 96) -> List[str]:
     return out + [line]
 
 
+class Missing(KeyError):
+    """An entry a block looks up by name that ``record`` lacks; the message says which."""
+
+    def __init__(self, message: str, record: Optional[dict] = None):
+        super().__init__(message)
+        self.record = record
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def _rec(d: dict, key: str, value: str, **match) -> dict:
     for r in d["records"]:
         if r.get(key) == value and all(r.get(k) == v for k, v in match.items()):
             return r
-    raise KeyError(f"{d.get('bench')}: no record with {key}={value!r} {match}")
+    raise Missing(f"no record with {key}={value!r}" + (f" and {match}" if match else ""), d)
 
 
 def _range(r: dict) -> str:
