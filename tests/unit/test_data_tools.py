@@ -199,6 +199,29 @@ def test_im2rec_class_with_only_bad_images(tmp_path):
     assert not [n for n in os.listdir(tmp_path / "o") if n.endswith(".part")]
 
 
+def test_im2rec_names_every_entry_named_as_an_image_that_is_no_file(tmp_path):
+    """A broken link, a folder and a pipe named like images are each skipped with a warning
+    naming them and why (a pipe is never opened: the read would wait for a writer)."""
+    src = make_imagenet_folder(str(tmp_path / "src"), 2, 1, sizes=(32, 40), num_classes=2)
+    folder = os.path.join(src, "train", wnid(0))
+    link, sub, pipe = (os.path.join(folder, n) for n in ("gone.JPEG", "sub.jpg", "pipe.png"))
+    os.symlink(str(tmp_path / "missing.JPEG"), link)
+    os.mkdir(sub)
+    os.mkfifo(pipe)
+    p = yasgd("data", "im2rec", src, tmp_path / "o", "--resize", 32, "--workers", 2,
+              "--no-progress")
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    warnings = sorted(ln for ln in p.stderr.splitlines() if ln.startswith("yasgd: warning: "))
+    assert warnings == sorted([
+        f"yasgd: warning: im2rec: skipped {link}: it is a link to {tmp_path / 'missing.JPEG'}, "
+        "which cannot be followed (No such file or directory)",
+        f"yasgd: warning: im2rec: skipped {sub}: it is a directory, not a file",
+        f"yasgd: warning: im2rec: skipped {pipe}: it is a pipe, not a file"]), p.stderr
+    summary = json.loads(p.stdout)
+    assert summary["train"]["records"] == 4 and summary["train"]["skipped"] == 3
+    assert sorted(summary["train"]["skipped_files"]) == sorted([link, sub, pipe])
+
+
 def tree(root):
     """Every entry under ``root``: relative path -> its bytes, link target or None (a folder)."""
     found = {}

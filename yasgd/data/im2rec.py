@@ -101,8 +101,27 @@ def _name_problem(name: str) -> str:
 
 
 def _images_in(folder: str) -> List[str]:
+    """Every entry named as an image, whatever it is: one that is no readable regular file
+    (a broken link, a directory, a pipe) is skipped with a warning by :func:`_encode`, not
+    left out without a word."""
     return sorted(e.name for e in os.scandir(folder)
-                  if e.is_file() and os.path.splitext(e.name)[1].lower() in IMAGE_EXTS)
+                  if os.path.splitext(e.name)[1].lower() in IMAGE_EXTS)
+
+
+def _not_a_file(path: str) -> str:
+    """Why ``path`` cannot be read as an image file without opening it, or "" (a pipe would
+    block the read for good)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if os.path.islink(path):
+            return f"it is a link to {os.readlink(path)}, which cannot be followed ({e.strerror})"
+        return f"cannot read it ({e.strerror})"
+    if stat.S_ISREG(mode):
+        return ""
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device")
+    return f"it is {kind}, not a file"
 
 
 def list_images(src: str) -> Tuple[List[str], Dict[str, List[Tuple[str, int]]]]:
@@ -158,6 +177,9 @@ def _encode(job: Tuple[str, int, int]) -> Tuple[Optional[bytes], str]:
     """(JPEG bytes, "") or (None, why the image is skipped)."""
     path, resize, quality = job
     import cv2
+    why = _not_a_file(path)
+    if why:
+        return None, why
     try:
         raw = np.fromfile(path, dtype=np.uint8)
     except OSError as e:
