@@ -405,6 +405,15 @@ def test_verify_missing_files(conv, tmp_path):
     assert_usage_error(yasgd("data", "verify", prefix), "train.rec: missing")
     assert_usage_error(yasgd("data", "verify", tmp_path / "rec"), "is a folder",
                        "train")
+    # a pipe in the place of either file is named as what it is, and never opened
+    os.mkfifo(prefix + ".rec")
+    assert_usage_error(yasgd("data", "verify", prefix), "train.rec: not a regular file")
+    os.remove(prefix + ".rec")
+    shutil.copy(os.path.join(conv[1], "train.rec"), prefix + ".rec")
+    os.remove(prefix + ".idx")
+    os.mkfifo(prefix + ".idx")
+    assert_usage_error(yasgd("data", "verify", prefix), "train.idx: not a regular file: the "
+                       "index of")
 
 
 def test_damaged_digest_file(conv, tmp_path):
