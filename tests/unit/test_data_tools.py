@@ -340,6 +340,10 @@ def test_verify_finds_flipped_bytes_in_a_jpeg_that_still_decodes(conv, tmp_path)
     warnings = p.stderr.splitlines()
     assert all(w.startswith("yasgd: warning: ") for w in warnings) and len(warnings) <= 2
     assert "train.digests: missing" in warnings[0]
+    os.mkfifo(prefix + ".digests")      # never opened: named as what it is
+    p = yasgd("data", "verify", prefix)
+    assert p.returncode == 0 and p.stdout.strip().endswith(f"{N_TRAIN} records ok")
+    assert "train.digests: not a regular file, so bytes changed" in p.stderr.splitlines()[0]
 
 
 def test_verify_finds_a_changed_label_and_counts_bad_records(conv, tmp_path):

@@ -132,7 +132,7 @@ def _read_idx_lines(idx_path: str, data: bytes) -> Tuple[np.ndarray, np.ndarray,
             np.array(lines, dtype=np.int64))
 
 
-def _absent(path: str) -> str:
+def absent(path: str) -> str:
     """How a path that is no regular file is absent (a folder or a pipe is not "missing")."""
     return "not a regular file" if os.path.exists(path) else "missing"
 
@@ -147,10 +147,10 @@ class RecordFile:
     def __init__(self, prefix: str):
         self.rec_path, self.idx_path = prefix + ".rec", prefix + ".idx"
         if not os.path.isfile(self.rec_path):
-            raise RecordIOError(f"{self.rec_path}: {_absent(self.rec_path)} (make it with "
+            raise RecordIOError(f"{self.rec_path}: {absent(self.rec_path)} (make it with "
                                 "`yasgd data im2rec`)")
         if not os.path.isfile(self.idx_path):
-            raise RecordIOError(f"{self.idx_path}: {_absent(self.idx_path)}: the index of "
+            raise RecordIOError(f"{self.idx_path}: {absent(self.idx_path)}: the index of "
                                 f"{self.rec_path} is needed for random access (`yasgd data "
                                 "im2rec` writes both)")
         self.size = os.path.getsize(self.rec_path)

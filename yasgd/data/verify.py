@@ -50,7 +50,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from yasgd import UsageError
-from yasgd.data.recordfile import RecordFile, RecordIOError, read_classes
+from yasgd.data.recordfile import RecordFile, RecordIOError, absent, read_classes
 
 __all__ = ["DIGEST_HEADER", "DamagedRecords", "verify", "verify_records", "read_digests", "warn"]
 
@@ -86,7 +86,7 @@ def verify(prefix: str, headers_only: bool = False, threads: int = 2,
 def read_digests(path: str, rf: RecordFile) -> Optional[Tuple[np.ndarray, List[str]]]:
     """(lengths, sha256 hex digests) by position in ``rf``; None (and a warning) if absent."""
     if not os.path.isfile(path):
-        warn(f"{path}: missing, so bytes changed inside an image that still decodes go "
+        warn(f"{path}: {absent(path)}, so bytes changed inside an image that still decodes go "
               "unnoticed (yasgd's im2rec writes it, MXNet's does not); checking the rest")
         return None
     position = {k: p for p, k in enumerate(rf.keys.tolist())}
@@ -116,10 +116,10 @@ def read_digests(path: str, rf: RecordFile) -> Optional[Tuple[np.ndarray, List[s
         if hexes[p]:
             raise RecordIOError(f"{path}: line {n}: a second digest of key {key}")
         lengths[p], hexes[p] = length, m.group(4).decode()
-    absent = np.flatnonzero(lengths < 0)
-    if absent.size:
-        raise RecordIOError(f"{path}: no digest of {absent.size} of the {len(rf)} records of "
-                            f"{rf.idx_path} (first: key {rf.keys[absent[0]]}) {foreign}")
+    lacking = np.flatnonzero(lengths < 0)
+    if lacking.size:
+        raise RecordIOError(f"{path}: no digest of {lacking.size} of the {len(rf)} records of "
+                            f"{rf.idx_path} (first: key {rf.keys[lacking[0]]}) {foreign}")
     return lengths, hexes
 
 
