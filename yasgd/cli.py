@@ -88,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--data", action="store_true",
                    help="also check that the dataset the config names is on this host (what "
                         "train checks before it starts; yasgd launch asks for it)")
+    c.add_argument("--run-dir", action="store_true",
+                   help="also check that run.dir is, or can be made, a writable folder on this "
+                        "host (what train checks before it starts; yasgd launch asks for it)")
 
     # Listed here for --help only: main() hands "yasgd launch ..." to yasgd.launch.main
     # before parsing, because its command after -- is not this parser's to read.
@@ -211,10 +214,11 @@ def _run(args: argparse.Namespace) -> int:
         argtypes.check_config_file(args.config)
         config_text.check_no_yaml_alias(args.config)
     if args.command == "train":
-        from yasgd import config as config_mod, faults
+        from yasgd import config as config_mod, faults, outputs
         faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback
         cfg = config_mod.load(args.config, args.overrides)
-        config_mod.check_run_dir(cfg)                   # before MXNet and Horovod start
+        # before MXNet and Horovod start; held whole, as every output check (its probe)
+        outputs.checked(config_mod.check_run_dir, cfg)
         from yasgd.train import run_from_config
         try:
             result = run_from_config(cfg)
@@ -227,6 +231,9 @@ def _run(args: argparse.Namespace) -> int:
         per_rank = config_mod.per_rank_batch(cfg, args.world_size)
         device = args.device if args.device != "auto" else _host_device()
         config_mod.check_device(cfg, device)
+        if args.run_dir:
+            from yasgd import outputs
+            outputs.checked(config_mod.check_run_dir, cfg)
         if args.data:
             from yasgd import data
             data.check_data(cfg)

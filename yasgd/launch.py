@@ -213,17 +213,17 @@ def _launch(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         p.error(f"command not found or not executable: {command[0]!r}")
     train = train_arguments(command)
     if train is not None:
-        # a training's arguments, its config for this world size and its data on this host
-        # are checked once, here: one line, not the same line from every rank and then
-        # mpirun's report of the failed job. Its arguments first, by train's own parser (an
-        # error is train's line; --help is train's help, once)
+        # a training's arguments, its config for this world size, its run directory and its
+        # data on this host are checked once, here: one line, not the same line from every
+        # rank and then mpirun's report of the failed job. Its arguments first, by train's
+        # own parser (an error is train's line; --help is train's help, once)
         # (in a child, as check-config below: yasgd.cli imports this module)
         parsed = subprocess.run([sys.executable, "-c", "import sys; from yasgd.cli import parse; "
                                  "parse(sys.argv[1:])", "train", *train], env=env)
         if parsed.returncode != 0 or "-h" in train or "--help" in train:
             return parsed.returncode
         check = subprocess.run([sys.executable, "-m", "yasgd.cli", "check-config", *train,
-                                "--world-size", str(args.np), "--data"], env=env,
+                                "--world-size", str(args.np), "--run-dir", "--data"], env=env,
                                capture_output=True, text=True)
         if check.returncode == 2:
             sys.stderr.write(check.stderr)

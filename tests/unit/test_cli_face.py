@@ -211,6 +211,25 @@ def test_check_config_checks_the_data_when_asked(tmp_path):
                    f"install dataset-fashion-mnist, or set data.root)\n"), err
 
 
+def test_check_config_checks_the_run_dir_when_asked(tmp_path):
+    """--run-dir: run.dir must be, or become, a writable folder on this host (train's own
+    check, which yasgd launch runs once before any rank); the check leaves nothing behind."""
+    tiny = os.path.join(ROOT, "examples", "configs", "tiny.yaml")
+    (tmp_path / "plain").write_text("a file\n")
+    args = ["check-config", tiny, f"run.dir={tmp_path}/plain/runs"]
+    rc, out, err = _run(YASGD, *args)
+    assert rc == 0 and err == "", err
+    rc, out, err = _run(YASGD, *args, "--run-dir")
+    assert rc == 2 and out == "" and err.count("\n") == 1, (out, err)
+    assert err.startswith(f"yasgd: error: run directory {tmp_path}/plain/runs is not "
+                          "writable: "), err
+    assert err.endswith(" (config key run.dir)\n"), err
+    rc, out, err = _run(YASGD, "check-config", tiny, f"run.dir={tmp_path}/new/runs",
+                        "--run-dir")
+    assert rc == 0 and err == "", err
+    assert sorted(os.listdir(tmp_path)) == ["plain"]   # checked, not made
+
+
 @pytest.mark.parametrize("command", ["train", "check-config"])
 def test_a_line_break_in_a_path_stays_one_line_and_shows_as_typed(tmp_path, command):
     rc, out, err = _run(YASGD, command, f"{tmp_path}/no\nsuch.yaml")

@@ -152,8 +152,9 @@ os.rmdir = hooked
     ["jobs", "render", "--scheduler", "pbs", "--nodes", "1", "--config", "{cfg}", "-o",
      "{out}/job.sh"],
     ["data", "im2rec", "{src}", "{out}/rec"],
+    ["train", "{cfg}", "run.dir={out}/runs"],
 ], ids=["bench --out", "provenance", "simulate --json", "simulate --plot", "jobs render",
-        "data im2rec"])
+        "data im2rec", "train run.dir"])
 def test_a_stop_during_an_output_check_leaves_nothing_behind(tmp_path, args):
     # the command stops as a stop signal makes it (exit 143, one line), after the check's
     # entry is gone: the user's folder holds what it held
@@ -166,7 +167,9 @@ def test_a_stop_during_an_output_check_leaves_nothing_behind(tmp_path, args):
     body = f"from yasgd.cli import main\nsys.exit(main({args!r}))"
     p = subprocess.run([sys.executable, "-c", _STOP_IN_PROBE.format(body=body)],
                        capture_output=True, text=True, timeout=120)
-    assert (p.returncode, p.stderr) == (143, "yasgd: stopped by SIGTERM\n"), p.stderr[-3000:]
+    # train says where it stopped: "... before training started (no checkpoint)"
+    assert p.returncode == 143 and p.stderr.count("\n") == 1, p.stderr[-3000:]
+    assert p.stderr.startswith("yasgd: stopped by SIGTERM"), p.stderr
     assert os.listdir(out) == [], os.listdir(out)
 
 
@@ -183,22 +186,27 @@ def test_the_check_alone_is_what_a_stop_in_its_window_breaks(tmp_path):
 
 
 def test_every_output_check_of_a_command_is_held():
-    # the checks are called only through outputs.checked, named as its first argument; the
-    # one bare call is the run directory's in yasgd.config, which every rank of a training
-    # makes (a module in the cached runs' code map, left as it is)
+    # the checks are called only through outputs.checked, named as its first argument. The
+    # one bare call is in yasgd.config's check_run_dir (a module in the cached runs' code
+    # map, left as it is); that function is then a check too, called only through it
     import ast
     import glob
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    checks = {"dir_problem", "file_problem", "entry_problem"}
+    checks = {"dir_problem", "file_problem", "entry_problem", "check_run_dir"}
     bare = []
     for path in glob.glob(os.path.join(root, "yasgd", "**", "*.py"), recursive=True):
         rel = os.path.relpath(path, root)
         if rel == os.path.join("yasgd", "writable.py"):
             continue
-        for node in ast.walk(ast.parse(open(path).read())):
+        tree = ast.parse(open(path).read())
+        where = {}      # each call -> the innermost function around it ("" at module level)
+        for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+            for node in ast.walk(fn):
+                where[node] = fn.name   # ast.walk goes outer first: inner functions win
+        for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 f = node.func
                 name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
                 if name in checks:
-                    bare.append(f"{rel}:{node.lineno}")
-    assert [b.split(":")[0] for b in bare] == [os.path.join("yasgd", "config.py")], bare
+                    bare.append((rel, where.get(node, ""), name))
+    assert bare == [(os.path.join("yasgd", "config.py"), "check_run_dir", "dir_problem")], bare
