@@ -88,12 +88,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--data", action="store_true",
                    help="also check that the dataset the config names is on this host (what "
                         "train checks before it starts; yasgd launch asks for it)")
-    c.add_argument("--run-dir", action="store_true",
-                   help="also check that run.dir is, or can be made, a writable folder on this "
-                        "host (what train checks before it starts; yasgd launch asks for it)")
+    c.add_argument("--run-dir", action="store_true", help="also check run.dir and the checkpoint "
+                   "run.resume chooses on this host (train's checks; yasgd launch asks for them)")
 
-    # Listed here for --help only: main() hands "yasgd launch ..." to yasgd.launch.main
-    # before parsing, because its command after -- is not this parser's to read.
+    # for --help only: main() hands "yasgd launch ..." (a command after --) to launch.main
     sub.add_parser("launch", help=f"run N ranks of a command on this host through mpirun: "
                                   f"{LAUNCH_USAGE}", add_help=False)
 
@@ -217,8 +215,7 @@ def _run(args: argparse.Namespace) -> int:
         from yasgd import config as config_mod, faults, outputs
         faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback
         cfg = config_mod.load(args.config, args.overrides)
-        # before MXNet and Horovod start; held whole, as every output check (its probe)
-        outputs.checked(config_mod.check_run_dir, cfg)
+        outputs.checked(config_mod.check_run_dir, cfg)  # before MXNet, Horovod; whole
         from yasgd.train import run_from_config
         try:
             result = run_from_config(cfg)
@@ -232,8 +229,7 @@ def _run(args: argparse.Namespace) -> int:
         device = args.device if args.device != "auto" else _host_device()
         config_mod.check_device(cfg, device)
         if args.run_dir:
-            from yasgd import outputs
-            outputs.checked(config_mod.check_run_dir, cfg)
+            _check_run_dir_and_resume(cfg)
         if args.data:
             from yasgd import data
             data.check_data(cfg)
@@ -333,10 +329,19 @@ def _run(args: argparse.Namespace) -> int:
     raise AssertionError(args.command)
 
 
+def _check_run_dir_and_resume(cfg) -> None:
+    """Train's checks of run.dir (held whole: its probe) and of the checkpoint run.resume
+    chooses (it verifies, and was written under this config), before any rank starts."""
+    from yasgd import config as config_mod, outputs, resume
+    outputs.checked(config_mod.check_run_dir, cfg)
+    plan = resume.find_resume(cfg) if cfg.run.dir else None
+    if plan is not None and plan.first is not None:
+        resume.check_config(plan.first[0], cfg, plan.candidates[0])
+
+
 def _check_out_dir(path: str, what: str) -> None:
-    from yasgd import outputs
-    from yasgd.writable import dir_problem
-    problem = outputs.checked(dir_problem, path)
+    from yasgd import outputs, writable
+    problem = outputs.checked(writable.dir_problem, path)
     if problem:
         raise UsageError(f"{what} {path} must be a writable directory (or one that can be "
                          f"created): {problem}")

@@ -43,14 +43,31 @@ def data_root(tmp_path_factory):
     return str(out)
 
 
+def _args(data_root, parent, *extra):
+    """The training's arguments (checkpoint every epoch), ``extra`` last."""
+    return [TINY, f"data.root={data_root}", "data.limit=0", "train.epochs=4",
+            "train.eval_every=100", "optim.lr=0.5", "train.log_interval=2",
+            "train.progress=false", "train.checkpoint_every=1", "train.keep_checkpoints=3",
+            f"run.dir={parent}", "run.name=f", *extra]
+
+
 def train(data_root, parent, *extra):
-    """`yasgd train` on 1 rank (checkpoint every epoch); never a traceback."""
-    args = [TINY, f"data.root={data_root}", "data.limit=0", "train.epochs=4", "train.eval_every=100",
-            "optim.lr=0.5", "train.log_interval=2", "train.progress=false",
-            "train.checkpoint_every=1", "train.keep_checkpoints=3", f"run.dir={parent}",
-            "run.name=f", *extra]
-    proc = subprocess.run([YASGD, "train", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=LIMIT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    """`yasgd train` on 1 rank; never a traceback."""
+    proc = subprocess.run([YASGD, "train", *_args(data_root, parent, *extra)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=LIMIT,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    proc.text = f"{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+    assert "Traceback" not in proc.text, proc.text
+    return proc
+
+
+def launched(data_root, parent, *extra):
+    """`yasgd train` on 2 ranks under `yasgd launch`; never a traceback."""
+    launch = [sys.executable, "-m", "yasgd.launch", "-np", "2", "--timeout", str(LIMIT - 20),
+              "--", YASGD, "train", *_args(data_root, parent, *extra)]
+    proc = subprocess.run(["bash", "-c", 'source jobs/common.sh && exec "$@"', "_", *launch],
+                          cwd=ROOT, capture_output=True, text=True, timeout=LIMIT,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"))
     proc.text = f"{proc.stdout}\n--- stderr ---\n{proc.stderr}"
     assert "Traceback" not in proc.text, proc.text
     return proc
@@ -189,22 +206,36 @@ def test_two_ranks_move_on_together_when_only_rank_1_fails(data_root, copy):
     checkpoint.write_manifest(two, ["model.params", "optimizer.states", "state.json",
                                     "aux-rank1.params"])
     checkpoint.verify(two)
-    args = [TINY, f"data.root={data_root}", "data.limit=0", "train.epochs=4", "train.eval_every=100",
-            "optim.lr=0.5", "train.log_interval=2", "train.progress=false",
-            "train.checkpoint_every=1", "train.keep_checkpoints=3", f"run.dir={parent}",
-            "run.name=f", "run.resume=auto", "train.max_steps=6"]
-    launch = [sys.executable, "-m", "yasgd.launch", "-np", "2", "--timeout", str(LIMIT - 20), "--",
-              YASGD, "train", *args]
-    proc = subprocess.run(["bash", "-c", 'source jobs/common.sh && exec "$@"', "_", *launch],
-                          cwd=ROOT, capture_output=True, text=True, timeout=LIMIT,
-                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"))
-    text = f"{proc.stdout}\n--- stderr ---\n{proc.stderr}"
-    assert proc.returncode == 0 and "Traceback" not in text, text
+    proc = launched(data_root, parent, "run.resume=auto", "train.max_steps=6")
+    text = proc.text
+    assert proc.returncode == 0, text
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("yasgd: warning")]
     assert len(warnings) == 1 and warnings[0].startswith(
         f"yasgd: warning: skipping checkpoint {two}: loading failed on rank 1 of 2"), text
     assert proc.stdout.count(f"resumed from {one}: 1 epochs, step 4") == 1, text
     assert events(rd)[-1]["steps"] == 6 and os.path.isdir(two)
+
+
+@pytest.mark.parametrize("case", ["damaged", "config"])
+def test_launch_refuses_a_resume_once_before_any_rank(data_root, copy, case):
+    """The checkpoint run.resume chooses, checked by yasgd launch before mpirun starts: one
+    line, not one a rank and mpirun's report; the checkpoints and the run as they were."""
+    parent, rd, one, two = copy
+    if case == "damaged":
+        DAMAGE["flipped"][0](one)
+        DAMAGE["deleted"][0](two)
+        extra, words = ["run.resume=auto"], "run.resume=auto: no checkpoint can be resumed"
+    else:
+        extra, words = [f"run.resume={rd}", "optim.lr=0.3"], (
+            f"cannot resume from {two}: the config differs from the checkpoint's in optim.lr: "
+            "0.5 -> 0.3")
+    before = {c: snapshot(c) for c in (one, two)}
+    proc = launched(data_root, parent, *extra)
+    assert proc.returncode == 2 and proc.stdout == "", proc.text
+    assert proc.stderr.count("\n") == 1, proc.text
+    assert proc.stderr.startswith(f"yasgd: error: {words}"), proc.text
+    assert {c: snapshot(c) for c in (one, two)} == before
+    assert [e["event"] for e in events(rd)].count("start") == 1      # no run started
 
 
 # -- the dynamic loss scale ------------------------------------------------------------------

@@ -180,9 +180,12 @@ def test_no_mpirun_is_one_line(tmp_path):
     # the data on this host, as train checks it before it starts
     (["train", "examples/configs/tiny.yaml", "run.dir={tmp}", "train.global_batch=264",
       "data.root={tmp}/nodata"], "dataset directory not found: {tmp}/nodata"),
-    # and the run directory (a folder /proc cannot hold, as root too)
+    # and the run directory (a folder /proc cannot hold, as root too), and what it resumes
     (["train", "examples/configs/tiny.yaml", "run.dir=/proc/yasgd-none/runs",
       "train.global_batch=264"], "run directory /proc/yasgd-none/runs is not writable"),
+    (["train", "examples/configs/tiny.yaml", "run.dir={tmp}", "train.global_batch=264",
+      "run.resume={tmp}/gone"], "run.resume: {tmp}/gone is neither a checkpoint nor a run "
+                                "directory"),
 ])
 @pytest.mark.parametrize("entry", ["yasgd", "python -m yasgd.cli"])
 def test_a_bad_training_is_one_line_before_any_rank(tmp_path, train, message, entry):
