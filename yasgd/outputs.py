@@ -163,9 +163,10 @@ def together() -> Iterator[None]:
 
 
 def checked(problem: Callable[..., Optional[str]], *args, **kw) -> Optional[str]:
-    """One of :mod:`yasgd.writable`'s checks, run whole. Each makes (and removes) an entry
-    where the output would go; a stop signal that lands while it exists takes effect once
-    it is removed, so a stop never leaves a ``.yasgd-probe-*`` in the user's folder."""
+    """One of :mod:`yasgd.writable`'s checks (or a check that calls one, as
+    ``config.check_run_dir``), run whole. Each makes (and removes) an entry where the output
+    would go; a stop signal that lands while it exists takes effect once it is removed, so a
+    stop never leaves a ``.yasgd-probe-*`` in the user's folder."""
     with _holding_stops():
         return problem(*args, **kw)
 

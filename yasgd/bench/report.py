@@ -106,8 +106,10 @@ def render_text(text: str, rec: Records) -> Tuple[str, List[str]]:
         try:
             body = RENDERERS[name](rec).rstrip("\n") + "\n"
         except KeyError as e:      # a row or entry the block looks up by name
-            found = rec.source(e.record) if isinstance(e, Missing) else None
-            what = str(e) if isinstance(e, Missing) else f"no entry {e.args[0]!r}"
+            if isinstance(e, Missing):
+                found, what = rec.source(e.record), str(e)
+            else:
+                found, what = None, f"no entry {e.args[0]!r}"
             raise record_shape.RecordError(f"{found or ', '.join(rec.used) or rec.dir}: {what}, "
                                            f"which the generated block {name} reads") from None
         if body != m.group(3):

@@ -141,10 +141,10 @@ class Records:
         return None
 
     def json(self, name: str) -> dict:
-        self.path(name)
+        path = self.path(name)      # noted as read even when the record is cached
         if name not in self._cache:
             shape = SHAPES.get(name, summary.BENCH if name.startswith("bench_") else {})
-            self._cache[name] = record_shape.load_record(self.path(name), shape)
+            self._cache[name] = record_shape.load_record(path, shape)
         return self._cache[name]
 
     def check(self) -> None:
