@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import List, Optional
 
-from yasgd import UsageError, argtypes, config_text, usage
+from yasgd import UsageError, argtypes, config_device, config_text, usage
 
 BENCHES = ("optimizer", "allreduce", "init", "throughput", "data", "largebatch", "overlap",
            "ablation")
@@ -52,12 +52,6 @@ class _Parser(usage.Parser):
     unfilled, the optional overrides too, which the line leaves out."""
 
     hidden = (f", {OVERRIDES}",)
-
-
-def _host_device() -> str:
-    """``gpu`` where ``nvidia-smi -L`` lists a GPU on this host, else ``cpu``."""
-    from yasgd.preflight import listed_gpus
-    return "gpu" if listed_gpus() > 0 else "cpu"
 
 
 def _path(text: str) -> str:
@@ -215,7 +209,8 @@ def _run(args: argparse.Namespace) -> int:
         from yasgd import config as config_mod, faults, outputs
         faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback
         cfg = config_mod.load(args.config, args.overrides)
-        outputs.checked(config_mod.check_run_dir, cfg)  # before MXNet, Horovod; whole
+        config_device.check_training(cfg)               # the rules on the ranks' device
+        outputs.checked(config_mod.check_run_dir, cfg)  # before Horovod; whole
         from yasgd.train import run_from_config
         try:
             result = run_from_config(cfg)
@@ -226,8 +221,8 @@ def _run(args: argparse.Namespace) -> int:
         from yasgd import config as config_mod
         cfg = config_mod.load(args.config, args.overrides)
         per_rank = config_mod.per_rank_batch(cfg, args.world_size)
-        device = args.device if args.device != "auto" else _host_device()
-        config_mod.check_device(cfg, device)
+        device = args.device if args.device != "auto" else config_device.host_device()
+        config_device.check(cfg, device)
         if args.run_dir:
             _check_run_dir_and_resume(cfg)
         if args.data:

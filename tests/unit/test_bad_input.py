@@ -254,6 +254,11 @@ CLI_CASES = [
     ([CHECK, "{empty}", "bogus.x=1"], "unknown config section 'bogus'"),
     ([CHECK, "{empty}", "train.epohcs=3"], "unknown config key train.epohcs"),
     ([CHECK, "{empty}", "noequals"], "override 'noequals' is not of the form section.key=value"),
+    # the rules of the device the ranks compute on
+    ([CHECK, "{empty}", "model.dtype=float16", "--device", "cpu"],
+     "config key model.dtype=float16 needs GPUs: MXNet has no float16 training kernels on the CPU"),
+    ([CHECK, "{empty}", "model.fused_bn_relu=true", "--device", "gpu"],
+     "config key model.fused_bn_relu=true needs MXNet's BatchNormWithReLU"),
     # check-config arguments
     ([CHECK, "{empty}", "--world-size", "0"], "check-config: argument --world-size: must be an integer >= 1, got '0'"),
     ([CHECK, "{empty}", "--world-size", "-2"], "argument --world-size: must be an integer >= 1, got '-2'"),

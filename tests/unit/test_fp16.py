@@ -1,17 +1,19 @@
 """float16 numerics as the paper ran them: the loss in float32, loss scaling (static and
-dynamic, with injected infinities), the device rules of model.fused_bn_relu, and no blocking
-host-to-device copy inside a training step.
+dynamic, with injected infinities), the device rules of model.fused_bn_relu and of
+model.dtype, and no blocking host-to-device copy inside a training step.
 
 Tolerances: the float32 loss against a float64 NumPy reference, relative 1e-6; updates
 against closed forms, relative 1e-6 (float32 arithmetic on small vectors).
 """
+import os
+import subprocess
 import sys
 
 import mxnet as mx
 import numpy as np
 import pytest
 
-from yasgd import UsageError, allreduce, config, hostcopy, loss_scale
+from yasgd import UsageError, allreduce, config, config_device, hostcopy, loss_scale
 from yasgd.loss import LabelSmoothingCE
 
 
@@ -183,6 +185,29 @@ def test_check_config_device_option():
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("yasgd: error: config key "
                                                                  "model.fused_bn_relu=true")
+
+
+def test_float16_is_refused_on_the_cpu_where_mxnet_cannot_train_it(tmp_path):
+    """The rule's premise, on this MXNet: its CPU build multiplies no float16 matrices (a
+    Dense layer's forward fails), so no model trains in float16 on a CPU. yasgd train, whose
+    ranks compute on this host's CPU, refuses model.dtype=float16 before any work: one line,
+    exit 2, no run directory; check-config refuses it for CPU ranks and passes it for GPUs."""
+    x, w = mx.nd.ones((2, 3), dtype="float16"), mx.nd.ones((4, 3), dtype="float16")
+    with pytest.raises(mx.base.MXNetError, match="float16 fully connected layer is currently ?only supported by CuDNN"):
+        mx.nd.FullyConnected(x, w, no_bias=True, num_hidden=4).asnumpy()
+    assert mx.context.num_gpus() == 0
+    cli = [sys.executable, "-m", "yasgd.cli"]
+    train = subprocess.run(cli + ["train", "examples/configs/tiny.yaml", "model.dtype=float16",
+                                  f"run.dir={tmp_path}/runs"], capture_output=True, text=True,
+                           timeout=120)
+    assert (train.returncode, train.stdout) == (2, ""), train.stderr
+    assert train.stderr == f"yasgd: error: {config_device.FLOAT16_NEEDS_GPU}\n"
+    assert not os.path.exists(tmp_path / "runs")
+    cfg = config.load("examples/configs/tiny.yaml", ["model.dtype=float16"])
+    with pytest.raises(UsageError, match="model.dtype=float16 needs GPUs"):
+        config_device.check(cfg, "cpu")
+    config_device.check(cfg, "gpu")
+    config_device.check(config.load("examples/configs/tiny.yaml"), "cpu")
 
 
 @pytest.mark.parametrize("scale, dynamic", [(1024.0, False), (2.0 ** 16, True)])
