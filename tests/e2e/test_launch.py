@@ -189,6 +189,9 @@ def test_no_mpirun_is_one_line(tmp_path):
     # a rule of the ranks' device: this host's ranks compute on its CPU
     (["train", "examples/configs/tiny.yaml", "run.dir={tmp}", "train.global_batch=264",
       "model.dtype=float16"], "config key model.dtype=float16 needs GPUs"),
+    # the dataset's labels: Fashion-MNIST's run to 9
+    (["train", "examples/configs/tiny.yaml", "run.dir={tmp}", "train.global_batch=264",
+      "model.classes=9"], "config key model.classes=9 is too few for the labels of "),
 ])
 @pytest.mark.parametrize("entry", ["yasgd", "python -m yasgd.cli"])
 def test_a_bad_training_is_one_line_before_any_rank(tmp_path, train, message, entry):

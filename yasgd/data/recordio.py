@@ -324,6 +324,18 @@ def _prefixes(root: str) -> Tuple[str, str, str]:
     return os.path.join(root, "train"), os.path.join(root, "val"), os.path.join(root, "classes.txt")
 
 
+def class_index_path(root: str) -> str:
+    """The ``classes.txt`` of the RecordIO folder ``root``."""
+    return _prefixes(root)[2]
+
+
+def check_classes(classes_path: str, num_classes: int) -> None:
+    """RecordIOError unless ``classes_path`` lists ``num_classes`` classes (``model.classes``)."""
+    k = len(read_classes(classes_path))
+    if k != num_classes:
+        raise RecordIOError(f"{classes_path} lists {k} classes but model.classes is {num_classes}")
+
+
 def check(data_cfg) -> None:
     """Cheap start-up checks of ``data.root`` (a few reads, no full scan); UsageError if bad."""
     root = data_cfg.root
@@ -349,9 +361,7 @@ def build(data_cfg, rank: int, size: int, batch_size: int, ctx, seed: int, num_c
     """(train_loader, val_loader) over ``data_cfg.root``."""
     check(data_cfg)
     train, val, classes_path = _prefixes(data_cfg.root)
-    k = len(read_classes(classes_path))
-    if k != num_classes:
-        raise RecordIOError(f"{classes_path} lists {k} classes but model.classes is {num_classes}")
+    check_classes(classes_path, num_classes)
     tl = RecordTrainLoader(train, rank=rank, size=size, batch_size=batch_size, ctx=ctx, seed=seed,
                            num_classes=num_classes, image_size=data_cfg.image_size,
                            min_area=data_cfg.min_area, flip=data_cfg.flip,

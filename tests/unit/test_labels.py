@@ -1,0 +1,114 @@
+"""model.classes against the dataset's labels (yasgd.data.labels), checked before any work:
+a label the model has no output for is refused in one line, by yasgd train and by
+yasgd check-config --data, on IDX files written here and on a RecordIO class index."""
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from yasgd import UsageError, config
+from yasgd.data import labels
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = os.path.join(ROOT, "examples", "configs", "tiny.yaml")
+
+
+def _idx(path, array):
+    """An IDX file of unsigned bytes (the format of Fashion-MNIST's files)."""
+    with open(path, "wb") as f:
+        f.write(struct.pack(">I", 0x0800 | array.ndim) + struct.pack(">" + "I" * array.ndim,
+                                                                     *array.shape))
+        f.write(array.astype(np.uint8).tobytes())
+
+
+@pytest.fixture
+def fashion(tmp_path):
+    """A Fashion-MNIST-layout folder: 64 training images labelled 0..3, 32 test images
+    labelled 0..4 (the test split needs one class more)."""
+    rng = np.random.RandomState(0)
+    for prefix, n, top in (("train", 64, 3), ("t10k", 32, 4)):
+        y = np.arange(n) % (top + 1)
+        _idx(tmp_path / f"{prefix}-labels-idx1-ubyte", rng.permutation(y))
+        _idx(tmp_path / f"{prefix}-images-idx3-ubyte", rng.randint(0, 256, (n, 28, 28)))
+    return tmp_path
+
+
+def _cfg(root, classes, *more):
+    return config.load(TINY, [f"data.root={root}", f"model.classes={classes}", "data.limit=0",
+                              "data.eval_limit=0", *more])
+
+
+def test_the_training_loss_takes_a_label_past_its_outputs_without_a_word():
+    """The rule's premise: yasgd's loss (MXNet's pick, which clips the index) scores a
+    label of 9 on 5 outputs as class 4, with no error, so only a check before the run
+    stops it. Closed form: no smoothing, uniform logits give log(5) for any label
+    (relative 1e-5: float32)."""
+    import mxnet as mx
+    from yasgd.loss import LabelSmoothingCE
+    pred = mx.nd.array(np.random.RandomState(0).randn(3, 5))
+    loss = LabelSmoothingCE(epsilon=0.0)
+    np.testing.assert_allclose(loss(pred, mx.nd.array([9, 4, 7])).asnumpy()[[0, 2]],
+                               loss(pred, mx.nd.array([4, 4, 4])).asnumpy()[[0, 2]], rtol=1e-6)
+    np.testing.assert_allclose(loss(mx.nd.zeros((1, 5)), mx.nd.array([9])).asnumpy(),
+                               [np.log(5.0)], rtol=1e-5)   # float32
+
+
+def test_labels_past_model_classes_are_refused_naming_the_file(fashion):
+    for classes in (1, 4):           # the test split's label 4 has no output below 5
+        with pytest.raises(UsageError) as e:
+            labels.check(_cfg(fashion, classes))
+        assert str(e.value) == (f"config key model.classes={classes} is too few for the labels "
+                                f"of {fashion}/t10k-labels-idx1-ubyte: they run to 4 (5 classes); "
+                                f"set model.classes=5 or more")
+    for classes in (5, 6, 1000):     # the boundary, and more outputs than labels: allowed
+        labels.check(_cfg(fashion, classes))
+    # the file with the largest label is named: its number is enough for both
+    _idx(fashion / "train-labels-idx1-ubyte", np.array([0, 7, 1]))
+    with pytest.raises(UsageError, match=r"train-labels-idx1-ubyte: they run to 7 \(8 classes\)"):
+        labels.check(_cfg(fashion, 5))
+
+
+def test_only_the_files_that_are_there_are_read(fashion):
+    os.remove(fashion / "t10k-labels-idx1-ubyte")   # the data check names it, not this one
+    labels.check(_cfg(fashion, 4))
+    _idx(fashion / "t10k-labels-idx1-ubyte", np.zeros(0))   # no label at all: nothing to fit
+    labels.check(_cfg(fashion, 4))
+    with pytest.raises(UsageError, match="dataset directory not found"):
+        from yasgd import data
+        cfg = _cfg(fashion / "gone", 4)
+        labels.check(cfg)
+        data.check_data(cfg)
+    labels.check(_cfg(fashion, 1, "data.kind=synthetic"))   # its labels come from the config
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "yasgd.cli", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+
+
+def test_train_and_check_config_refuse_too_few_classes_in_one_line(fashion, tmp_path):
+    over = [f"data.root={fashion}", "data.limit=0", "data.eval_limit=0", "train.global_batch=16",
+            "model.classes=4", f"run.dir={tmp_path}/runs"]
+    line = (f"yasgd: error: config key model.classes=4 is too few for the labels of "
+            f"{fashion}/t10k-labels-idx1-ubyte: they run to 4 (5 classes); set model.classes=5 "
+            f"or more\n")
+    for args in (["train", TINY, *over], ["check-config", TINY, *over, "--data"]):
+        p = _cli(*args)
+        assert (p.returncode, p.stdout, p.stderr) == (2, "", line), args
+    assert not os.path.exists(tmp_path / "runs")
+    p = _cli("check-config", TINY, *over)              # the data are checked only when asked
+    assert p.returncode == 0, p.stderr
+
+
+def test_a_recordio_class_index_of_another_size_is_refused(tmp_path):
+    root = tmp_path / "rec"
+    root.mkdir()
+    (root / "classes.txt").write_text("".join(f"{i}\tn{i:08d}\n" for i in range(10)))
+    over = ["data.kind=recordio", "data.image_size=32", "data.val_resize=40"]
+    with pytest.raises(UsageError, match=r"classes\.txt lists 10 classes but model\.classes is 12"):
+        labels.check(_cfg(root, 12, *over))
+    labels.check(_cfg(root, 10, *over))
+    labels.check(_cfg(tmp_path / "none", 12, *over))   # no class index: the data check's
