@@ -205,6 +205,7 @@ def _run(args: argparse.Namespace) -> int:
     if getattr(args, "config", None):
         argtypes.check_config_file(args.config)
         config_text.check_no_yaml_alias(args.config)
+        config_text.check_overrides(getattr(args, "overrides", None) or ())
     if args.command == "train":
         from yasgd import config as config_mod, faults, outputs
         from yasgd.data import labels

@@ -1,9 +1,24 @@
-"""Checks of a config file's text before it is loaded (the loader: yasgd.config), made by
-every command that reads a config (``train``, ``check-config``, ``jobs``; ``yasgd launch``
-through check-config)."""
+"""Checks of a config's text before it is loaded (the loader: yasgd.config), made by every
+command that reads a config (``train``, ``check-config``, ``jobs``; ``yasgd launch``
+through check-config): the file's, and the overrides'."""
 from __future__ import annotations
 
+from typing import Sequence
+
 from yasgd import UsageError
+
+#: what YAML reads as a line break (PyYAML: ``\n``, ``\r``, NEL, LS, PS), and NUL
+_BREAKS = ("\n", "\r", "\x85", "\u2028", "\u2029", "\0")
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """UsageError where an override holds a line break or NUL. YAML folds a line break in
+    a plain value into a space (``run.dir=a<newline>b`` would be ``a b``, another
+    folder), and a job script carries each override on one line."""
+    for item in overrides:
+        if any(c in item for c in _BREAKS):
+            raise UsageError(f"override {item!r} holds a line break or NUL: a value is one "
+                             f"line (YAML would read a line break in it as a space)")
 
 
 def check_no_yaml_alias(path: str) -> None:

@@ -31,7 +31,7 @@ import subprocess
 import sys
 from typing import List, Optional, Sequence
 
-from yasgd import UsageError, outputs
+from yasgd import UsageError, config_text, outputs
 from yasgd.argtypes import YEAR_S
 from yasgd.writable import file_problem
 
@@ -191,8 +191,7 @@ def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, conf
     if not config:
         raise UsageError("--config is required")
     plain_value("--config", config)
-    for item in overrides:
-        plain_value("override", item)
+    config_text.check_overrides(overrides)
     plain_value("the repository path", REPO)
     if walltime is not None:
         plain_value("--walltime", walltime)

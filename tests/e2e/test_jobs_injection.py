@@ -306,7 +306,7 @@ def test_cli_accepts_plain_directive_values(tmp_path):
                                       f"mlperf.org=x\ntouch {MARK}"])
 def test_cli_refuses_a_newline_in_an_override(tmp_path, override):
     r = cli("render", "--scheduler", "pbs", *BASE, override, cwd=str(tmp_path))
-    assert_usage_error(r, "override", "newline")
+    assert_usage_error(r, "override", "holds a line break or NUL")
     assert r.stdout == ""
     assert_no_markers(tmp_path)
     with pytest.raises(UsageError, match="NUL"):

@@ -237,6 +237,25 @@ def test_a_line_break_in_a_path_stays_one_line_and_shows_as_typed(tmp_path, comm
     assert err == f"yasgd: error: config file not found: {tmp_path}/no\\nsuch.yaml\n", err
 
 
+@pytest.mark.parametrize("brk", ["\n", "\r", "\x85", "\u2028", "\u2029"])
+def test_a_line_break_in_an_override_is_refused_not_folded(tmp_path, brk):
+    """YAML reads a line break in a plain value as a space: the loader alone would run in
+    another folder than the one typed. Every command that takes overrides refuses it, in one
+    line that shows it escaped, and writes nothing."""
+    from yasgd import config
+    assert config.load(None, ["run.dir=a\nb"]).run.dir == "a b"     # the loader's reading
+    override = f"run.dir={tmp_path}/a{brk}b"
+    shown = f"{tmp_path}/a{brk}b".encode("unicode_escape").decode()
+    tiny = os.path.join(ROOT, "examples", "configs", "tiny.yaml")
+    for command in (["check-config", tiny], ["train", tiny],
+                    ["jobs", "render", "--scheduler", "pbs", "--nodes", "1", "--config", tiny]):
+        rc, out, err = _run(YASGD, *command, override)
+        assert (rc, out) == (2, ""), (command, err)
+        assert err == (f"yasgd: error: override 'run.dir={shown}' holds a line break or NUL: a "
+                       f"value is one line (YAML would read a line break in it as a space)\n"), err
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("command", [["check-config"], ["train"],
                                      ["jobs", "render", "--scheduler", "pbs", "--nodes", "1",
                                       "-o", "job.sh", "--config"]])
