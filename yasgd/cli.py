@@ -208,12 +208,12 @@ def _run(args: argparse.Namespace) -> int:
         config_text.check_overrides(getattr(args, "overrides", None) or ())
     if args.command == "train":
         from yasgd import config as config_mod, faults, outputs
-        from yasgd.data import labels
+        from yasgd.data import fit
         faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback
         cfg = config_mod.load(args.config, args.overrides)
         config_device.check_training(cfg)               # the rules on the ranks' device
         outputs.checked(config_mod.check_run_dir, cfg)  # before Horovod; whole
-        labels.check(cfg)
+        fit.check(cfg)
         from yasgd.train import run_from_config
         try:
             result = run_from_config(cfg)
@@ -230,9 +230,9 @@ def _run(args: argparse.Namespace) -> int:
             _check_run_dir_and_resume(cfg)
         if args.data:
             from yasgd import data
-            from yasgd.data import labels
+            from yasgd.data import fit
             data.check_data(cfg)
-            labels.check(cfg)
+            fit.check(cfg)
         import yaml
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
         print(f"# per-rank batch at world size {args.world_size}: {per_rank}")

@@ -192,6 +192,9 @@ def test_no_mpirun_is_one_line(tmp_path):
     # the dataset's labels: Fashion-MNIST's run to 9
     (["train", "examples/configs/tiny.yaml", "run.dir={tmp}", "train.global_batch=264",
       "model.classes=9"], "config key model.classes=9 is too few for the labels of "),
+    (["train", "examples/configs/tiny.yaml", "run.dir={tmp}", "train.global_batch=264",
+      "data.limit=200"], "config key data.limit=200 keeps 200 training images, fewer than one "
+                         "step of train.global_batch=264"),
 ])
 @pytest.mark.parametrize("entry", ["yasgd", "python -m yasgd.cli"])
 def test_a_bad_training_is_one_line_before_any_rank(tmp_path, train, message, entry):

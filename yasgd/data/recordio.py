@@ -324,6 +324,11 @@ def _prefixes(root: str) -> Tuple[str, str, str]:
     return os.path.join(root, "train"), os.path.join(root, "val"), os.path.join(root, "classes.txt")
 
 
+def train_prefix(root: str) -> str:
+    """The training set's ``.rec``/``.idx`` of the RecordIO folder ``root``, without extension."""
+    return _prefixes(root)[0]
+
+
 def class_index_path(root: str) -> str:
     """The ``classes.txt`` of the RecordIO folder ``root``."""
     return _prefixes(root)[2]

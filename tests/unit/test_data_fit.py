@@ -1,6 +1,7 @@
-"""model.classes against the dataset's labels (yasgd.data.labels), checked before any work:
-a label the model has no output for is refused in one line, by yasgd train and by
-yasgd check-config --data, on IDX files written here and on a RecordIO class index."""
+"""A config against the dataset on this host (yasgd.data.fit), checked before any work: a
+label the model has no output for, and a training set too small for one step, are refused
+in one line by yasgd train and by yasgd check-config --data, on IDX files written here and
+on a RecordIO folder."""
 import os
 import struct
 import subprocess
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from yasgd import UsageError, config
-from yasgd.data import labels
+from yasgd.data import fit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(ROOT, "examples", "configs", "tiny.yaml")
@@ -38,7 +39,7 @@ def fashion(tmp_path):
 
 def _cfg(root, classes, *more):
     return config.load(TINY, [f"data.root={root}", f"model.classes={classes}", "data.limit=0",
-                              "data.eval_limit=0", *more])
+                              "data.eval_limit=0", "train.global_batch=16", *more])
 
 
 def test_the_training_loss_takes_a_label_past_its_outputs_without_a_word():
@@ -59,29 +60,29 @@ def test_the_training_loss_takes_a_label_past_its_outputs_without_a_word():
 def test_labels_past_model_classes_are_refused_naming_the_file(fashion):
     for classes in (1, 4):           # the test split's label 4 has no output below 5
         with pytest.raises(UsageError) as e:
-            labels.check(_cfg(fashion, classes))
+            fit.check(_cfg(fashion, classes))
         assert str(e.value) == (f"config key model.classes={classes} is too few for the labels "
                                 f"of {fashion}/t10k-labels-idx1-ubyte: they run to 4 (5 classes); "
                                 f"set model.classes=5 or more")
     for classes in (5, 6, 1000):     # the boundary, and more outputs than labels: allowed
-        labels.check(_cfg(fashion, classes))
+        fit.check(_cfg(fashion, classes))
     # the file with the largest label is named: its number is enough for both
     _idx(fashion / "train-labels-idx1-ubyte", np.array([0, 7, 1]))
     with pytest.raises(UsageError, match=r"train-labels-idx1-ubyte: they run to 7 \(8 classes\)"):
-        labels.check(_cfg(fashion, 5))
+        fit.check(_cfg(fashion, 5))
 
 
 def test_only_the_files_that_are_there_are_read(fashion):
     os.remove(fashion / "t10k-labels-idx1-ubyte")   # the data check names it, not this one
-    labels.check(_cfg(fashion, 4))
+    fit.check(_cfg(fashion, 4))
     _idx(fashion / "t10k-labels-idx1-ubyte", np.zeros(0))   # no label at all: nothing to fit
-    labels.check(_cfg(fashion, 4))
+    fit.check(_cfg(fashion, 4))
     with pytest.raises(UsageError, match="dataset directory not found"):
         from yasgd import data
         cfg = _cfg(fashion / "gone", 4)
-        labels.check(cfg)
+        fit.check(cfg)
         data.check_data(cfg)
-    labels.check(_cfg(fashion, 1, "data.kind=synthetic"))   # its labels come from the config
+    fit.check(_cfg(fashion, 1, "data.kind=synthetic"))   # its labels come from the config
 
 
 def _cli(*args):
@@ -89,12 +90,18 @@ def _cli(*args):
                           text=True, cwd=ROOT, timeout=120)
 
 
-def test_train_and_check_config_refuse_too_few_classes_in_one_line(fashion, tmp_path):
+@pytest.mark.parametrize("more,message", [
+    (["model.classes=4"], "config key model.classes=4 is too few for the labels of "
+                          "{root}/t10k-labels-idx1-ubyte: they run to 4 (5 classes); set "
+                          "model.classes=5 or more"),
+    (["data.limit=10"], "config key data.limit=10 keeps 10 training images, fewer than one step "
+                        "of train.global_batch=16: an epoch would have no step (raise "
+                        "data.limit, or lower train.global_batch)")])
+def test_train_and_check_config_refuse_in_one_line_and_make_nothing(fashion, tmp_path, more,
+                                                                    message):
     over = [f"data.root={fashion}", "data.limit=0", "data.eval_limit=0", "train.global_batch=16",
-            "model.classes=4", f"run.dir={tmp_path}/runs"]
-    line = (f"yasgd: error: config key model.classes=4 is too few for the labels of "
-            f"{fashion}/t10k-labels-idx1-ubyte: they run to 4 (5 classes); set model.classes=5 "
-            f"or more\n")
+            f"run.dir={tmp_path}/runs", *more]
+    line = f"yasgd: error: {message.format(root=fashion)}\n"
     for args in (["train", TINY, *over], ["check-config", TINY, *over, "--data"]):
         p = _cli(*args)
         assert (p.returncode, p.stdout, p.stderr) == (2, "", line), args
@@ -109,6 +116,43 @@ def test_a_recordio_class_index_of_another_size_is_refused(tmp_path):
     (root / "classes.txt").write_text("".join(f"{i}\tn{i:08d}\n" for i in range(10)))
     over = ["data.kind=recordio", "data.image_size=32", "data.val_resize=40"]
     with pytest.raises(UsageError, match=r"classes\.txt lists 10 classes but model\.classes is 12"):
-        labels.check(_cfg(root, 12, *over))
-    labels.check(_cfg(root, 10, *over))
-    labels.check(_cfg(tmp_path / "none", 12, *over))   # no class index: the data check's
+        fit.check(_cfg(root, 12, *over))
+    fit.check(_cfg(root, 10, *over))
+    fit.check(_cfg(tmp_path / "none", 12, *over))   # no class index: the data check's
+
+
+def test_a_training_set_too_small_for_one_step_is_refused(fashion):
+    # 64 training images: 64 // train.global_batch steps an epoch
+    for batch, more in ((64, ()), (32, ("train.accumulate=2", "train.batch_per_rank=16")),
+                        (16, ("data.limit=16",)), (64, ("data.limit=100",))):
+        fit.check(_cfg(fashion, 5, f"train.global_batch={batch}", *more))   # a step or more
+    with pytest.raises(UsageError) as e:
+        fit.check(_cfg(fashion, 5, "data.limit=10"))
+    assert str(e.value) == ("config key data.limit=10 keeps 10 training images, fewer than one "
+                            "step of train.global_batch=16: an epoch would have no step (raise "
+                            "data.limit, or lower train.global_batch)")
+    for more in ((), ("data.limit=100",)):      # a limit past the set reads the whole set
+        with pytest.raises(UsageError) as e:
+            fit.check(_cfg(fashion, 5, "train.global_batch=128", *more))
+        assert str(e.value) == (f"the training set in {fashion} holds 64 images, fewer than one "
+                                f"step of train.global_batch=128: an epoch would have no step "
+                                f"(lower train.global_batch)")
+
+
+@pytest.mark.parametrize("ranks,batch,accumulate", [(1, 16, 1), (3, 5, 1), (2, 4, 3), (4, 1, 7)])
+def test_one_step_is_what_the_sampler_gives(fashion, ranks, batch, accumulate):
+    """The rule (n // train.global_batch steps an epoch) against the loaders' sampler: each
+    rank's full micro-batches (EpochSampler.batches) over train.accumulate, for every n of
+    the fixture's 64 images (data.limit=n)."""
+    from yasgd.data.sampler import EpochSampler
+    whole = ranks * batch * accumulate
+    for n in range(1, 65):
+        steps = EpochSampler(n, 0, ranks, batch, seed=0).batches // accumulate
+        cfg = _cfg(fashion, 5, f"data.limit={n}", f"train.global_batch={whole}",
+                   f"train.accumulate={accumulate}")
+        try:
+            fit.check(cfg)
+        except UsageError:
+            assert steps == 0, (n, steps)
+        else:
+            assert steps >= 1, (n, steps)

@@ -1,0 +1,82 @@
+"""What a config asks of the dataset on this host, checked by the commands before any work
+(``yasgd train`` before it makes its run directory or loads an image; ``yasgd check-config
+--data``, and ``yasgd launch`` through it, once):
+
+* its labels fit ``model.classes``. A label at or past it has no output of the model to go
+  to, and MXNet's loss does not refuse it (it clips the index): the run would train on
+  wrong targets without a word. A RecordIO ``classes.txt`` must list ``model.classes``;
+* its training images give an epoch a step. An epoch of n images (``data.limit`` of them,
+  or the whole set) holds n // ``train.global_batch`` optimizer steps: each rank reads
+  n // (ranks x per-rank batch) full micro-batches (:class:`yasgd.data.sampler.EpochSampler`)
+  and takes a step every ``train.accumulate`` of them.
+
+Only the files that are there are read; the data check (:func:`yasgd.data.check_data`)
+names a missing one. Synthetic data follow the config and are not checked."""
+from __future__ import annotations
+
+import os
+from typing import Optional, Tuple
+
+from yasgd import UsageError
+
+
+def check(cfg) -> None:
+    """UsageError where the dataset ``cfg.data`` names does not fit ``cfg`` (above)."""
+    if cfg.data.kind == "fashion_mnist":
+        count = _check_idx_labels(cfg.data.root, cfg.model.classes)
+    elif cfg.data.kind == "recordio":
+        count = _check_recordio(cfg.data.root, cfg.model.classes)
+    else:
+        return
+    if count is not None:
+        _check_one_step(cfg, *count)
+
+
+def _check_idx_labels(root: str, classes: int) -> Optional[Tuple[int, str]]:
+    """Fashion-MNIST's label files (both splits: ``data.eval_set=holdout`` evaluates on
+    training labels), read with the loader's own reader; the line names the file with the
+    largest label, so the number it asks for is enough for both. Returns the training
+    images' count (one label each) and where they are, None where that file is not there."""
+    from yasgd.data import fashion_mnist
+    tops, count = [], None
+    for split, (_, stem) in fashion_mnist.FILES.items():
+        try:
+            path = fashion_mnist._find(root, stem)
+        except UsageError:
+            continue
+        found = fashion_mnist._read_idx(path)
+        if found.size:
+            tops.append((int(found.max()), path))
+        if split == "train":
+            count = (int(found.size), f"the training set in {root}")
+    top, path = max(tops, key=lambda t: t[0], default=(-1, None))
+    if top >= classes:
+        raise UsageError(f"config key model.classes={classes} is too few for the labels of "
+                         f"{path}: they run to {top} ({top + 1} classes); set model.classes="
+                         f"{top + 1} or more")
+    return count
+
+
+def _check_recordio(root: str, classes: int) -> Optional[Tuple[int, str]]:
+    from yasgd.data import recordio
+    classes_path = recordio.class_index_path(root)
+    if os.path.isfile(classes_path):
+        recordio.check_classes(classes_path, classes)
+    prefix = recordio.train_prefix(root)
+    if not all(os.path.isfile(prefix + ext) for ext in (".rec", ".idx")):
+        return None
+    return len(recordio.RecordFile(prefix)), prefix + ".rec"   # one image a record
+
+
+def _check_one_step(cfg, total: int, where: str) -> None:
+    limit, batch = cfg.data.limit, cfg.train.global_batch
+    n = min(limit, total) if limit else total
+    if n >= batch:
+        return
+    if limit and limit < total:
+        raise UsageError(f"config key data.limit={limit} keeps {n} training images, fewer than "
+                         f"one step of train.global_batch={batch}: an epoch would have no step "
+                         f"(raise data.limit, or lower train.global_batch)")
+    raise UsageError(f"{where} holds {n} images, fewer than one step of "
+                     f"train.global_batch={batch}: an epoch would have no step (lower "
+                     f"train.global_batch)")
