@@ -31,7 +31,7 @@ import subprocess
 import sys
 from typing import List, Optional, Sequence
 
-from yasgd import UsageError, config_text, outputs
+from yasgd import UsageError, config_device, config_text, outputs
 from yasgd.argtypes import YEAR_S
 from yasgd.writable import file_problem
 
@@ -198,6 +198,7 @@ def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, conf
     cfg = config_mod.load(config, list(overrides))
     ranks = nodes * gpn
     per_rank = config_mod.per_rank_batch(cfg, ranks)
+    config_device.check(cfg, "gpu")   # the job's ranks: one a GPU (--gpus-per-node)
     seconds = parse_walltime(walltime) if walltime is not None else default_walltime(cfg, ranks)
     if seconds <= 0:
         raise UsageError(f"--walltime must be positive, got {walltime!r}")

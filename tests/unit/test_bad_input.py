@@ -259,6 +259,10 @@ CLI_CASES = [
      "config key model.dtype=float16 needs GPUs: MXNet has no float16 training kernels on the CPU"),
     ([CHECK, "{empty}", "model.fused_bn_relu=true", "--device", "gpu"],
      "config key model.fused_bn_relu=true needs MXNet's BatchNormWithReLU"),
+    # a job's ranks compute on GPUs: its script is refused where they cannot run it
+    (["jobs", "render", "--scheduler", "pbs", "--nodes", "1", "--config", "{empty}",
+      "model.fused_bn_relu=true"], "config key model.fused_bn_relu=true needs MXNet's "
+                                   "BatchNormWithReLU, which MXNet 1.9.1 has only on the CPU"),
     # check-config arguments
     ([CHECK, "{empty}", "--world-size", "0"], "check-config: argument --world-size: must be an integer >= 1, got '0'"),
     ([CHECK, "{empty}", "--world-size", "-2"], "argument --world-size: must be an integer >= 1, got '-2'"),
