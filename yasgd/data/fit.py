@@ -59,10 +59,9 @@ def _check_idx_labels(root: str, classes: int) -> Optional[Tuple[int, str]]:
 
 def _check_recordio(root: str, classes: int) -> Optional[Tuple[int, str]]:
     from yasgd.data import recordio
-    classes_path = recordio.class_index_path(root)
+    prefix, _, classes_path = recordio.prefixes(root)
     if os.path.isfile(classes_path):
         recordio.check_classes(classes_path, classes)
-    prefix = recordio.train_prefix(root)
     if not all(os.path.isfile(prefix + ext) for ext in (".rec", ".idx")):
         return None
     return len(recordio.RecordFile(prefix)), prefix + ".rec"   # one image a record

@@ -320,18 +320,10 @@ class RecordValLoader(_Base):
 
 
 # -- the data-package interface ---------------------------------------------------------
-def _prefixes(root: str) -> Tuple[str, str, str]:
+def prefixes(root: str) -> Tuple[str, str, str]:
+    """(training prefix, validation prefix, ``classes.txt``) of the RecordIO folder ``root``;
+    a prefix is its ``.rec``/``.idx`` without the extension."""
     return os.path.join(root, "train"), os.path.join(root, "val"), os.path.join(root, "classes.txt")
-
-
-def train_prefix(root: str) -> str:
-    """The training set's ``.rec``/``.idx`` of the RecordIO folder ``root``, without extension."""
-    return _prefixes(root)[0]
-
-
-def class_index_path(root: str) -> str:
-    """The ``classes.txt`` of the RecordIO folder ``root``."""
-    return _prefixes(root)[2]
 
 
 def check_classes(classes_path: str, num_classes: int) -> None:
@@ -347,7 +339,7 @@ def check(data_cfg) -> None:
     if not os.path.isdir(root):
         raise RecordIOError(f"data.root {root}: no such folder (expected train.rec/.idx, "
                             "val.rec/.idx and classes.txt from `yasgd data im2rec`)")
-    train, val, classes_path = _prefixes(root)
+    train, val, classes_path = prefixes(root)
     k = len(read_classes(classes_path))
     for prefix in (train, val):
         rf = RecordFile(prefix)
@@ -365,7 +357,7 @@ def build(data_cfg, rank: int, size: int, batch_size: int, ctx, seed: int, num_c
           with_ids: bool = False):
     """(train_loader, val_loader) over ``data_cfg.root``."""
     check(data_cfg)
-    train, val, classes_path = _prefixes(data_cfg.root)
+    train, val, classes_path = prefixes(data_cfg.root)
     check_classes(classes_path, num_classes)
     tl = RecordTrainLoader(train, rank=rank, size=size, batch_size=batch_size, ctx=ctx, seed=seed,
                            num_classes=num_classes, image_size=data_cfg.image_size,
