@@ -45,6 +45,7 @@ training, the scaling model and the design."""
 
 LAUNCH_USAGE = "yasgd launch -np N [--timeout S] [--gloo] ... -- COMMAND"
 OVERRIDES = "section.key=value"
+STAMP = "YYYYmmdd-HHMMSS"       # as wide as the time stamp of a run's folder (yasgd.train)
 
 
 class _Parser(usage.Parser):
@@ -207,12 +208,12 @@ def _run(args: argparse.Namespace) -> int:
         config_text.check_no_yaml_alias(args.config)
         config_text.check_overrides(getattr(args, "overrides", None) or ())
     if args.command == "train":
-        from yasgd import config as config_mod, faults, outputs
+        from yasgd import config as config_mod, faults
         from yasgd.data import fit
         faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback
         cfg = config_mod.load(args.config, args.overrides)
         config_device.check_training(cfg)               # the rules on the ranks' device
-        outputs.checked(config_mod.check_run_dir, cfg)  # before Horovod; whole
+        _check_run_dir(cfg, and_resume=False)           # before Horovod; whole
         fit.check(cfg)
         from yasgd.train import run_from_config
         try:
@@ -227,7 +228,7 @@ def _run(args: argparse.Namespace) -> int:
         device = args.device if args.device != "auto" else config_device.host_device()
         config_device.check(cfg, device)
         if args.run_dir:
-            _check_run_dir_and_resume(cfg)
+            _check_run_dir(cfg)
         if args.data:
             from yasgd import data
             from yasgd.data import fit
@@ -295,7 +296,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "bench":
         import importlib
-        _check_out_dir(args.out, "bench --out")
+        from yasgd import outputs
+        outputs.check_dir(args.out, "bench --out")
         study = {k: getattr(args, k) for k in ("jobs", "arms", "max_runs", "stop_after", "cache")
                  if getattr(args, k) is not None}
         if study and args.name not in STUDY_BENCHES:
@@ -305,7 +307,7 @@ def _run(args: argparse.Namespace) -> int:
             from yasgd.bench.study_plan import arm_names
             study["arms"] = arm_names(study["arms"])
         if "cache" in study:
-            _check_out_dir(study["cache"], "bench --cache")
+            outputs.check_dir(study["cache"], "bench --cache")
         mod = importlib.import_module(f"yasgd.bench.{args.name}")
         mod.run(out_dir=args.out, quick=args.quick, **study)
         return 0
@@ -313,11 +315,10 @@ def _run(args: argparse.Namespace) -> int:
         from yasgd import preflight
         return preflight.main(timeout_s=args.timeout)
     if args.command == "provenance":
-        from yasgd import provenance
-        _check_out_dir(args.run_dir, "provenance RUN_DIR")
+        from yasgd import outputs, provenance
+        outputs.check_dir(args.run_dir, "provenance RUN_DIR")
         if args.hostfile is not None:
             argtypes.check_hostfile(args.hostfile, "provenance --hostfile")
-        from yasgd import outputs
         os.makedirs(args.run_dir, exist_ok=True)
         path = os.path.join(args.run_dir, "provenance.json")
         if os.path.lexists(path):       # a run's record (a training's: world size and all)
@@ -329,22 +330,20 @@ def _run(args: argparse.Namespace) -> int:
     raise AssertionError(args.command)
 
 
-def _check_run_dir_and_resume(cfg) -> None:
-    """Train's checks of run.dir (held whole: its probe) and of the checkpoint run.resume
-    chooses (it verifies, and was written under this config), before any rank starts."""
+def _check_run_dir(cfg, and_resume: bool = True) -> None:
+    """Train's checks, before any rank starts, of run.dir (held whole: its probe; and the
+    names of the run's folder in it, run.name and a time stamp) and of the checkpoint
+    run.resume chooses (it verifies, and was written under this config)."""
     from yasgd import config as config_mod, outputs, resume
+    if cfg.run.dir and cfg.run.resume in ("none", "", "auto"):
+        problem = outputs.name_problem(os.path.join(cfg.run.dir, f"{cfg.run.name}-{STAMP}"))
+        if problem:
+            raise UsageError(f"config key run.dir={cfg.run.dir}: the run's folder "
+                             f"{cfg.run.name}-{STAMP} cannot be made in it: {problem}")
     outputs.checked(config_mod.check_run_dir, cfg)
-    plan = resume.find_resume(cfg) if cfg.run.dir else None
+    plan = resume.find_resume(cfg) if cfg.run.dir and and_resume else None
     if plan is not None and plan.first is not None:
         resume.check_config(plan.first[0], cfg, plan.candidates[0])
-
-
-def _check_out_dir(path: str, what: str) -> None:
-    from yasgd import outputs, writable
-    problem = outputs.checked(writable.dir_problem, path)
-    if problem:
-        raise UsageError(f"{what} {path} must be a writable directory (or one that can be "
-                         f"created): {problem}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -33,7 +33,6 @@ from typing import List, Optional, Sequence
 
 from yasgd import UsageError, config_device, config_text, outputs
 from yasgd.argtypes import YEAR_S
-from yasgd.writable import file_problem
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEMPLATES = {"pbs": "jobs/abci/pbs/train.sh", "uge": "jobs/abci/uge/train.sh",
@@ -297,8 +296,8 @@ def output_path(output: str, scheduler: str) -> str:
         path = os.path.join(path, SCRIPT_NAME[scheduler])
     elif output.endswith(os.sep):
         raise UsageError(f"--output {output!r}: no such directory")
-    problem = outputs.checked(
-        file_problem, path, ours=lambda head: f"\n{RENDERED_BY}yasgd jobs render ".encode() in head,
+    problem = outputs.file_problem(
+        path, ours=lambda head: f"\n{RENDERED_BY}yasgd jobs render ".encode() in head,
         kind="a job script written by yasgd jobs render")
     if problem:
         raise UsageError(f"--output {output!r}: {problem}")

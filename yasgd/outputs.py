@@ -14,7 +14,8 @@ renamed only when the whole block has ended without an exception, one after the 
 while the stop signals are held, so that a signal arriving then takes effect once the set
 is complete. A stop or an error anywhere in the block leaves every old file of the set.
 The checks that an output can be written (:mod:`yasgd.writable`) go through
-:func:`checked`, which holds the stop signals the same way.
+:func:`checked`, which holds the stop signals the same way; :func:`file_problem` and
+:func:`dir_problem` add the lengths of the names the write will make (:func:`name_problem`).
 
 A temporary outlives its command only if the process is killed outright (SIGKILL, the
 out-of-memory killer); it is a hidden file named after the target, the host and the
@@ -31,6 +32,7 @@ import socket
 import threading
 from typing import Callable, Iterator, List, Optional, Tuple
 
+from yasgd import UsageError, writable
 from yasgd.checkpoint_format import fsync as _sync
 from yasgd.supervise import stop_signals
 
@@ -169,6 +171,64 @@ def checked(problem: Callable[..., Optional[str]], *args, **kw) -> Optional[str]
     stop never leaves a ``.yasgd-probe-*`` in the user's folder."""
     with _holding_stops():
         return problem(*args, **kw)
+
+
+def name_problem(path: str, through_temporary: bool = False) -> Optional[str]:
+    """Why ``path`` cannot be made for the length of its names, or None: a name in it longer
+    than the file system of its nearest existing folder takes (NAME_MAX), or the path longer
+    than the kernel takes (PATH_MAX). With ``through_temporary`` (a file this process will
+    write through :func:`file`) its temporary's name counts too, which is longer.
+
+    :mod:`yasgd.writable` tries a short name in the nearest existing folder, so it cannot
+    see this: a path that passes it would still fail when the output is made, after the
+    work (ENAMETOOLONG). Lengths are in bytes, as the file system counts them."""
+    folder = writable.nearest_existing(path)
+    if not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+        path_max = os.pathconf(folder, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return None     # the file system does not say: the write itself will
+    longest = path
+    names = [(n, "") for n in path.split(os.sep) if n not in ("", ".", "..")]
+    if through_temporary and (os.path.isfile(path) or not os.path.exists(path)):
+        longest = temporary(path)
+        names.append((os.path.basename(longest), " (the temporary the file is written through)"))
+    for name, what in names:
+        size = len(os.fsencode(name))
+        if size > name_max:
+            shown = name if len(name) <= 80 else name[:60] + "..."
+            return (f"the name {shown!r}{what} is {size} bytes, more than the {name_max} "
+                    f"that a name may have on the file system of {folder}")
+    size = len(os.fsencode(os.path.abspath(longest)))   # as train makes its folder
+    if size >= path_max:
+        return (f"the path is {size} bytes, more than the {path_max - 1} "
+                f"that the system takes")
+    return None
+
+
+def file_problem(path: str, ours: Optional[Callable[[bytes], bool]] = None,
+                 kind: str = "") -> Optional[str]:
+    """Why the output file ``path`` cannot be written (:func:`writable.file_problem`, run
+    whole), or the names its write makes are too long (:func:`name_problem`), or None."""
+    return (name_problem(path, through_temporary=True)
+            or checked(writable.file_problem, path, ours, kind))
+
+
+def dir_problem(path: str) -> Optional[str]:
+    """Why the output folder ``path`` cannot be (or be made as) a writable directory
+    (:func:`writable.dir_problem`, run whole), or its names are too long, or None."""
+    return name_problem(path) or checked(writable.dir_problem, path)
+
+
+def check_dir(path: str, what: str) -> None:
+    """UsageError naming the output folder ``what`` (``bench --out``) where ``path`` cannot
+    be (or be made as) a writable directory (:func:`dir_problem`)."""
+    problem = dir_problem(path)
+    if problem:
+        raise UsageError(f"{what} {path} must be a writable directory (or one that can be "
+                         f"created): {problem}")
 
 
 @contextlib.contextmanager

@@ -27,7 +27,6 @@ import zipfile
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from yasgd import outputs, usage
-from yasgd.writable import file_problem
 
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mxnet_cuda_wheels.json")
 LIBRARY = "mxnet/libmxnet.so"
@@ -219,7 +218,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             check_wheel(w)
         if not args.out:
             raise ValueError("--out needs a file name (or - for stdout)")
-        problem = outputs.checked(file_problem, args.out, *OURS) if args.out != "-" else None
+        problem = outputs.file_problem(args.out, *OURS) if args.out != "-" else None
         if problem:
             raise ValueError(f"--out {args.out}: {problem}")
         text = json.dumps(inspect(args.wheels, args.cuobjdump, args.package), indent=1) + "\n"

@@ -1,12 +1,13 @@
 """yasgd.writable: whether an output can be written, found by trying on real files and
 folders (procfs for a file system that takes no new entry, even for root)."""
+import errno
 import os
 import subprocess
 import sys
 
 import pytest
 
-from yasgd import writable
+from yasgd import outputs, writable
 
 YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
 PROC = os.path.isdir("/proc/self")
@@ -186,7 +187,8 @@ def test_the_check_alone_is_what_a_stop_in_its_window_breaks(tmp_path):
 
 
 def test_every_output_check_of_a_command_is_held():
-    # the checks are called only through outputs.checked, named as its first argument. The
+    # the checks are called only through outputs.checked, named as its first argument, or
+    # through outputs.file_problem and dir_problem, which call it. The
     # one bare call is in yasgd.config's check_run_dir (a module in the cached runs' code
     # map, left as it is); that function is then a check too, called only through it
     import ast
@@ -207,6 +209,112 @@ def test_every_output_check_of_a_command_is_held():
             if isinstance(node, ast.Call):
                 f = node.func
                 name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
-                if name in checks:
+                held = (isinstance(f, ast.Attribute) and getattr(f.value, "id", "") == "outputs"
+                        or rel == os.path.join("yasgd", "outputs.py") and isinstance(f, ast.Name))
+                if name in checks and not held:     # outputs' own: name_problem, then checked
                     bare.append((rel, where.get(node, ""), name))
     assert bare == [(os.path.join("yasgd", "config.py"), "check_run_dir", "dir_problem")], bare
+
+
+# --- names too long for the file system -------------------------------------------------
+# writable's checks make a short entry in the nearest existing folder, so they pass a path
+# whose own names the file system will refuse (ENAMETOOLONG); outputs.name_problem counts
+# them against the limits the file system states (pathconf), in bytes.
+
+def _refused(make):
+    with pytest.raises(OSError) as e:
+        make()
+    return e.value.errno == errno.ENAMETOOLONG
+
+
+def test_a_name_past_the_file_systems_limit_is_told_before_anything_is_made(tmp_path):
+    n = os.pathconf(tmp_path, "PC_NAME_MAX")
+    # the premise: the file system makes a name of n bytes, refuses n + 1, and writable's
+    # try does not see it
+    os.mkdir(tmp_path / ("a" * n))
+    assert _refused(lambda: os.mkdir(tmp_path / ("b" * (n + 1))))
+    assert writable.dir_problem(str(tmp_path / ("b" * (n + 1)))) is None
+    assert outputs.name_problem(str(tmp_path / ("c" * n) / "d")) is None
+    assert outputs.name_problem(str(tmp_path / ("c" * (n + 1)) / "d")) == (
+        f"the name '{'c' * 60}...' is {n + 1} bytes, more than the {n} that a name may have "
+        f"on the file system of {tmp_path}")
+    # bytes, as the file system counts them: "é" is two in UTF-8
+    assert outputs.name_problem(str(tmp_path / ("é" * (n // 2)))) is None
+    assert f"is {2 * (n // 2 + 1)} bytes" in outputs.name_problem(str(tmp_path / ("é" * (n // 2 + 1))))
+    assert os.listdir(tmp_path) == ["a" * n]
+
+
+def test_a_file_counts_the_temporary_it_is_written_through(tmp_path):
+    n = os.pathconf(tmp_path, "PC_NAME_MAX")
+    extra = len(os.path.basename(outputs.temporary(str(tmp_path / "x.json")))) - len("x.json")
+    fits = tmp_path / ("f" * (n - extra - 5) + ".json")     # its temporary: exactly n bytes
+    assert len(os.path.basename(outputs.temporary(str(fits)))) == n
+    assert outputs.file_problem(str(fits)) is None
+    outputs.write_text(str(fits), "{}\n")
+    assert fits.read_text() == "{}\n"
+    over = tmp_path / ("g" * (n - extra - 4) + ".json")     # one byte more: its own name fits
+    assert len(over.name) < n
+    assert outputs.file_problem(str(over)).endswith(
+        f"(the temporary the file is written through) is {n + 1} bytes, more than the {n} "
+        f"that a name may have on the file system of {tmp_path}")
+    assert _refused(lambda: outputs.write_text(str(over), "{}\n"))  # what it would meet
+    assert os.listdir(tmp_path) == [fits.name]
+
+
+def _deep(base, total):
+    """A path under ``base`` of ``total`` bytes, in names of at most 200."""
+    path = base
+    while len(path) < total:
+        k = min(200, total - len(path) - 1)
+        if total - len(path) - 1 - k == 1:      # leave no gap of "/" alone
+            k -= 1
+        path = os.path.join(path, "p" * k)
+    assert len(path) == total
+    return path
+
+
+def test_a_path_past_the_systems_limit_is_told(tmp_path):
+    limit = os.pathconf(tmp_path, "PC_PATH_MAX")     # bytes, the closing NUL included
+    longest, over = _deep(str(tmp_path), limit - 1), _deep(str(tmp_path), limit)
+    os.makedirs(longest)                                # the premise, both sides of it
+    assert _refused(lambda: os.makedirs(over))
+    assert outputs.name_problem(longest) is None
+    assert outputs.name_problem(over) == (
+        f"the path is {limit} bytes, more than the {limit - 1} that the system takes")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["simulate", "--json", "{out}/{long}.json"], "--json {out}/{long}.json: the name "),
+    # the name fits; the temporary it is written through does not
+    (["simulate", "--plot", "{out}/{near}.png"], "--plot {out}/{near}.png: the name "),
+    (["jobs", "render", "--scheduler", "pbs", "--nodes", "1", "--config", "{cfg}", "-o",
+      "{out}/{near}.sh"], "--output '{out}/{near}.sh': the name "),
+    (["bench", "optimizer", "--quick", "--out", "{out}/{long}"],
+     "bench --out {out}/{long} must be a writable directory (or one that can be created): "),
+    (["bench", "ablation", "--quick", "--max-runs", "0", "--out", "{out}/res", "--cache",
+      "{out}/{long}/cache"], "bench --cache {out}/{long}/cache must be a writable directory"),
+    (["provenance", "{out}/{long}"], "provenance RUN_DIR {out}/{long} must be a writable"),
+    (["data", "im2rec", "{src}", "{out}/{long}"], "im2rec: cannot write output folder "
+                                                  "{out}/{long}: the name "),
+    (["train", "{cfg}", "run.dir={out}/{long}"], "config key run.dir={out}/{long}: the run's "
+                                                 "folder run-YYYYmmdd-HHMMSS cannot be made in "
+                                                 "it: the name "),
+    (["check-config", "{cfg}", "run.dir={out}/{long}", "--run-dir"], "config key run.dir="),
+], ids=["simulate --json", "simulate --plot", "jobs render", "bench --out", "bench --cache",
+        "provenance", "data im2rec", "train run.dir", "check-config --run-dir"])
+def test_every_output_with_a_name_too_long_is_one_line_before_any_work(tmp_path, args, message):
+    for split in ("train", "val"):
+        (tmp_path / "src" / split / "a").mkdir(parents=True)
+    (tmp_path / "run.yaml").write_text("train: {epochs: 8, global_batch: 64}\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    n = os.pathconf(out, "PC_NAME_MAX")
+    names = dict(out=out, src=tmp_path / "src", cfg=tmp_path / "run.yaml", long="n" * (n + 1),
+                 near="m" * (n - 4))
+    p = subprocess.run([YASGD, *[a.format(**names) for a in args]], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == "", p.stdout + p.stderr
+    assert p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("yasgd: error: " + message.format(**names)), p.stderr
+    assert "bytes, more than the" in p.stderr
+    assert os.listdir(out) == []

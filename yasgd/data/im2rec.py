@@ -344,7 +344,7 @@ def _check_dst(dst: str) -> None:
     probe = nearest_existing(dst)     # the nearest existing ancestor: a writable folder
     if not os.path.isdir(probe):
         raise UsageError(f"im2rec: cannot create output folder {dst}: {probe} is a file")
-    problem = outputs.checked(entry_problem, probe)
+    problem = outputs.name_problem(dst) or outputs.checked(entry_problem, probe)
     if problem:
         raise UsageError(f"im2rec: cannot write output folder {dst}: {problem}")
     for name in OUTPUTS + PARTS:      # every name written there

@@ -8,7 +8,6 @@ import os
 from typing import Optional
 
 from yasgd import UsageError, outputs
-from yasgd.writable import file_problem
 from yasgd.simulate import model, plot as splot
 from yasgd.simulate.network import ALGORITHMS
 from yasgd.simulate.presets import PRESETS, get_preset
@@ -175,7 +174,7 @@ def _output_file(path: Optional[str], what: str, name: str) -> Optional[str]:
     if what in NAMED_FORMAT and os.path.splitext(path)[1].lower() != suffix:
         raise UsageError(f"{what} {path}: {what} writes a {suffix[1:].upper()} file; name one "
                          f"ending in {suffix}, or a directory (it gets {name})")
-    problem = outputs.checked(file_problem, path, *OURS[what])
+    problem = outputs.file_problem(path, *OURS[what])
     if problem:
         raise UsageError(f"{what} {path}: {problem}")
     return path
