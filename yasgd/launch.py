@@ -31,8 +31,9 @@ out-of-memory killer) takes its job with it: mpirun gets SIGTERM when the launch
 dies (``PR_SET_PDEATHSIG``) and ends its ranks. A job that finished before the
 signal took effect exits 0. A bad argument
 (``-np 0``, more than 8 ranks a core, no command, one that is not found) is one
-``yasgd: error: launch: ...`` line and exit status 2; so is a ``yasgd train`` command
-whose config or overrides are bad for ``-np`` ranks (checked once, before mpirun). A launcher that has had no rank
+``yasgd: error: launch: ...`` line and exit status 2; so is a ``yasgd`` command whose
+arguments its own parser refuses, and a ``yasgd train`` command whose config or overrides
+are bad for ``-np`` ranks (each checked once, before mpirun). A launcher that has had no rank
 running for 30 s and still not exited (OpenMPI 4.1 at times hangs so when many ranks that
 never start MPI end at once) is killed, with one line saying so, and the exit status is 1.
 ``--grace`` is mpirun's delay between its own SIGTERM and SIGKILL to the ranks
@@ -211,17 +212,19 @@ def _launch(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     # every rank runs on this host: a command it cannot find is one line here, before mpirun
     if shutil.which(command[0], path=env.get("PATH")) is None:
         p.error(f"command not found or not executable: {command[0]!r}")
-    train = train_arguments(command)
-    if train is not None:
-        # a training's arguments, its config for this world size, its run directory and its
-        # data on this host are checked once, here: one line, not the same line from every
-        # rank and then mpirun's report of the failed job. Its arguments first, by train's
-        # own parser (an error is train's line; --help is train's help, once)
-        # (in a child, as check-config below: yasgd.cli imports this module)
+    argv = yasgd_arguments(command)
+    if argv is not None and argv[:1] != ["launch"]:   # a launch in a launch parses itself
+        # a yasgd command's arguments are checked once, here, by its own parser: one line
+        # (or its --help, its --version, once), not the same line from every rank and then
+        # mpirun's report of the failed job (in a child: yasgd.cli imports this module)
         parsed = subprocess.run([sys.executable, "-c", "import sys; from yasgd.cli import parse; "
-                                 "parse(sys.argv[1:])", "train", *train], env=env)
-        if parsed.returncode != 0 or "-h" in train or "--help" in train:
+                                 "parse(sys.argv[1:])", *argv], env=env)
+        if parsed.returncode != 0 or {"-h", "--help", "--version"} & set(argv):
             return parsed.returncode
+    train = argv[1:] if argv is not None and argv[:1] == ["train"] else None
+    if train is not None:
+        # a training's config for this world size, its run directory and its data on this
+        # host are checked once, here, too
         check = subprocess.run([sys.executable, "-m", "yasgd.cli", "check-config", *train,
                                 "--world-size", str(args.np), "--run-dir", "--data"], env=env,
                                capture_output=True, text=True)
@@ -266,14 +269,13 @@ def _launch(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return supervise(cmd, env, args.timeout, stop_timeout=args.stop_timeout)
 
 
-def train_arguments(command: List[str]) -> Optional[List[str]]:
-    """CONFIG and the overrides of a ``yasgd train CONFIG ...`` command (also ``python -m
-    yasgd.cli train ...``), else None."""
-    if os.path.basename(command[0]) == "yasgd" and command[1:2] == ["train"]:
-        return command[2:]
-    if os.path.basename(command[0]).startswith("python") and command[1:4] == [
-            "-m", "yasgd.cli", "train"]:
-        return command[4:]
+def yasgd_arguments(command: List[str]) -> Optional[List[str]]:
+    """The arguments of a ``yasgd ...`` command after ``yasgd`` (also of ``python -m
+    yasgd.cli ...``), else None."""
+    if os.path.basename(command[0]) == "yasgd":
+        return command[1:]
+    if os.path.basename(command[0]).startswith("python") and command[1:3] == ["-m", "yasgd.cli"]:
+        return command[3:]
     return None
 
 

@@ -208,6 +208,33 @@ def test_a_bad_training_is_one_line_before_any_rank(tmp_path, train, message, en
     assert os.listdir(tmp_path) == []
 
 
+
+@pytest.mark.parametrize("command,message", [
+    (["bogus"], "argument command: invalid choice: 'bogus'"),
+    ([], "the following arguments are required: command"),
+    (["simulate", "--gpus", "0"], "simulate: argument --gpus: must be an integer >= 1, got '0'"),
+    (["preflight", "--timeout", "nan"], "preflight: argument --timeout: "),
+    (["bench", "optimizer", "--jobs", "x"], "bench: argument --jobs: "),
+])
+@pytest.mark.parametrize("entry", ["yasgd", "python -m yasgd.cli"])
+def test_any_yasgd_command_its_parser_refuses_is_one_line_before_any_rank(command, message,
+                                                                          entry):
+    head = [YASGD] if entry == "yasgd" else [sys.executable, "-m", "yasgd.cli"]
+    out = subprocess.run([YASGD, "launch", "-np", "3", "--", *head, *command], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == "", out.stdout + out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr      # not once a rank, nor mpirun's report
+    assert out.stderr.startswith("yasgd: error: " + message), out.stderr
+
+
+@pytest.mark.parametrize("command,head", [(["simulate", "--help"], "usage: yasgd simulate"),
+                                          (["--version"], "yasgd ")])
+def test_a_yasgd_commands_help_and_version_are_printed_once(command, head):
+    out = subprocess.run([YASGD, "launch", "-np", "3", "--", YASGD, *command], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout.count(head) == 1, out.stdout      # not once a rank
+
 # --- stop signals to the launcher ----------------------------------------------------------
 # Each rank writes its pid to DIR/pid-RANK once its handlers are set; MODE says what it does
 # with SIGTERM: "ignore" (a rank that never stops: wedged in a C call, or a command that
