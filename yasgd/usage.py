@@ -66,6 +66,13 @@ class Parser(argparse.ArgumentParser):
             message = message.replace(fragment, "")
         self.exit(error(self.name, f"{message} (see {self.prog} --help)"))
 
+    def _print_message(self, message, file=None):
+        # argparse drops a write that fails, so --help into a full disk would exit 0 having
+        # printed nothing; here it raises, for the command's guard of its standard output
+        # (yasgd.outputs.stdout_checked)
+        if message:
+            (file or sys.stderr).write(message)
+
     def parse_args(self, args=None, namespace=None):
         # argparse reports an unknown option of a sub-command from the top parser ("yasgd:
         # error: unrecognized arguments", its help the top one's); the line names the

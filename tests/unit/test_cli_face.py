@@ -301,3 +301,71 @@ def test_provenance_is_written_once_per_run_directory(tmp_path):
     assert err == (f"yasgd: error: provenance: {tmp_path}/provenance.json exists; a run "
                    f"directory's provenance is written once (name a new RUN_DIR)\n"), err
     assert (tmp_path / "provenance.json").read_bytes() == before
+
+
+# --- a standard output that cannot be written -----------------------------------------------
+# Real descriptors: /dev/full (every write fails with ENOSPC, as on a full disk or quota), a
+# pipe whose reader has gone (EPIPE, as in `yasgd ... | head`), and descriptor 1 closed before
+# the start (Python then has no sys.stdout, and print() would drop every line without a word).
+STDOUT_COMMANDS = {
+    "help": ["--help"],
+    "sub-command help": ["simulate", "--help"],
+    "version": ["--version"],
+    "check-config": ["check-config", "examples/configs/tiny.yaml"],
+    "simulate": ["simulate", "--gpus", "8", "--batch", "256"],
+    "jobs render": ["jobs", "render", "--scheduler", "pbs", "--nodes", "1", "--config",
+                    "examples/configs/tiny.yaml"],
+    "launch help": ["launch", "--help"],
+}
+
+
+def _with_stdout(args, stdout, buffered, **kw):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    p = subprocess.run([YASGD, *args], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                       cwd=ROOT, env=env, timeout=60, **kw)
+    return p.returncode, p.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("name", STDOUT_COMMANDS)
+def test_a_full_standard_output_is_one_line(name, buffered):
+    with open("/dev/full", "w") as full:
+        rc, err = _with_stdout(STDOUT_COMMANDS[name], full, buffered)
+    assert rc == 2 and err == "yasgd: error: cannot write standard output: No space left on " \
+                              "device\n", err
+
+
+@pytest.mark.parametrize("name", STDOUT_COMMANDS)
+def test_a_standard_output_closed_at_the_start_is_one_line(name):
+    rc, err = _with_stdout(STDOUT_COMMANDS[name], None, True, preexec_fn=lambda: os.close(1))
+    assert rc == 2 and err == "yasgd: error: cannot write standard output: it is closed\n", err
+
+
+@pytest.mark.parametrize("name", STDOUT_COMMANDS)
+def test_a_reader_that_went_away_ends_the_command_as_sigpipe_would(name):
+    # as `yes | head` ends: no word, 128 + SIGPIPE (Python ignores the signal, so each
+    # write fails with EPIPE instead)
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        rc, err = _with_stdout(STDOUT_COMMANDS[name], w, True)
+    finally:
+        os.close(w)
+    assert rc == 141 and err == "", err
+
+
+def test_a_standard_output_that_takes_the_output_is_untouched(tmp_path):
+    # the guard changes nothing where the writes succeed: bytes as written (a job script's
+    # surrogate-escaped bytes included), through a file and through the buffer
+    with open(tmp_path / "out", "w") as f:
+        rc, err = _with_stdout(STDOUT_COMMANDS["jobs render"], f, True)
+    assert rc == 0 and err == ""
+    direct = subprocess.run([sys.executable, "-c", "from yasgd import jobs; import sys; "
+                             "sys.stdout.write(jobs.render(scheduler='pbs', nodes=1, "
+                             "gpus_per_node=None, config='examples/configs/tiny.yaml', "
+                             "walltime=None, group=None, queue=None, overrides=[]))"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert (tmp_path / "out").read_text() == direct.stdout and direct.stdout.startswith("#!")
