@@ -420,6 +420,20 @@ def test_verify_missing_files(conv, tmp_path):
                        "index of")
 
 
+def test_classes_txt_that_is_no_regular_file_is_named_as_what_it_is(tmp_path):
+    # never opened: a pipe would wait for a writer for good
+    path = tmp_path / "classes.txt"
+    with pytest.raises(RecordIOError, match="classes.txt: missing \\(class index file"):
+        read_classes(str(path))
+    os.mkfifo(path)
+    with pytest.raises(RecordIOError, match="classes.txt: not a regular file \\(class index"):
+        read_classes(str(path))
+    os.remove(path)
+    path.mkdir()
+    with pytest.raises(RecordIOError, match="classes.txt: not a regular file"):
+        read_classes(str(path))
+
+
 def test_damaged_digest_file(conv, tmp_path):
     prefix = copy_rec(conv[1], tmp_path)
     path = prefix + ".digests"

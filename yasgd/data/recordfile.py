@@ -36,7 +36,8 @@ class RecordIOError(UsageError):
 def read_classes(path: str) -> List[str]:
     """The class names of ``classes.txt`` ("<index>\\t<name>" lines, index 0, 1, ...)."""
     if not os.path.isfile(path):
-        raise RecordIOError(f"{path}: missing (class index file written by `yasgd data im2rec`)")
+        raise RecordIOError(f"{path}: {absent(path)} (class index file written by `yasgd data "
+                            "im2rec`)")
     names = []
     with open(path) as f:
         for n, line in enumerate(f, 1):
