@@ -195,6 +195,10 @@ def test_no_mpirun_is_one_line(tmp_path):
     (["train", "examples/configs/tiny.yaml", "run.dir={tmp}", "train.global_batch=264",
       "data.limit=200"], "config key data.limit=200 keeps 200 training images, fewer than one "
                          "step of train.global_batch=264"),
+    # a parameter MXNet would refuse to allocate
+    (["train", "examples/configs/tiny.yaml", "run.dir={tmp}", "train.global_batch=264",
+      "model.width=4000"], "config key model.width=4000: the widest 3x3 convolution's weight "
+                           "would have 2,304,000,000 elements"),
 ])
 @pytest.mark.parametrize("entry", ["yasgd", "python -m yasgd.cli"])
 def test_a_bad_training_is_one_line_before_any_rank(tmp_path, train, message, entry):
