@@ -240,7 +240,8 @@ def test_a_name_past_the_file_systems_limit_is_told_before_anything_is_made(tmp_
         f"on the file system of {tmp_path}")
     # bytes, as the file system counts them: "é" is two in UTF-8
     assert outputs.name_problem(str(tmp_path / ("é" * (n // 2)))) is None
-    assert f"is {2 * (n // 2 + 1)} bytes" in outputs.name_problem(str(tmp_path / ("é" * (n // 2 + 1))))
+    wide = str(tmp_path / ("é" * (n // 2 + 1)))
+    assert f"is {2 * (n // 2 + 1)} bytes" in outputs.name_problem(wide)
     assert os.listdir(tmp_path) == ["a" * n]
 
 
