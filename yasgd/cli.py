@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import List, Optional
 
-from yasgd import UsageError, argtypes, config_device, config_text, outputs, usage
+from yasgd import UsageError, argtypes, config_device, config_text, usage
 
 BENCHES = ("optimizer", "allreduce", "init", "throughput", "data", "largebatch", "overlap",
            "ablation")
@@ -294,6 +294,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "bench":
         import importlib
+        from yasgd import outputs
         outputs.check_dir(args.out, "bench --out")
         study = {k: getattr(args, k) for k in ("jobs", "arms", "max_runs", "stop_after", "cache")
                  if getattr(args, k) is not None}
@@ -312,7 +313,7 @@ def _run(args: argparse.Namespace) -> int:
         from yasgd import preflight
         return preflight.main(timeout_s=args.timeout)
     if args.command == "provenance":
-        from yasgd import provenance
+        from yasgd import outputs, provenance
         outputs.check_dir(args.run_dir, "provenance RUN_DIR")
         if args.hostfile is not None:
             argtypes.check_hostfile(args.hostfile, "provenance --hostfile")
@@ -331,7 +332,7 @@ def _check_run_dir(cfg, and_resume: bool = True) -> None:
     """Train's checks, before any rank starts, of run.dir (held whole: its probe; and the
     names of the run's folder in it, run.name and a time stamp) and of the checkpoint
     run.resume chooses (it verifies, and was written under this config)."""
-    from yasgd import config as config_mod, resume
+    from yasgd import config as config_mod, outputs, resume
     if cfg.run.dir and cfg.run.resume in ("none", "", "auto"):
         problem = outputs.name_problem(os.path.join(cfg.run.dir, f"{cfg.run.name}-{STAMP}"))
         if problem:
@@ -345,10 +346,10 @@ def _check_run_dir(cfg, and_resume: bool = True) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     try:
-        with outputs.stdout_checked():      # a pipe closed, a full disk: one line, not a traceback
+        with usage.stdout_checked():        # a pipe closed, a full disk: one line, not a traceback
             return _main(sys.argv[1:] if argv is None else list(argv))
-    except outputs.StdoutError as e:
-        return outputs.stdout_failed(e)
+    except usage.StdoutError as e:
+        return usage.stdout_failed(e)
     except KeyboardInterrupt as e:
         # Ctrl-C while parsing, or any stop signal to a command but train
         # (yasgd.supervise.Stopped, which carries the signal)

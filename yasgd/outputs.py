@@ -17,10 +17,6 @@ The checks that an output can be written (:mod:`yasgd.writable`) go through
 :func:`checked`, which holds the stop signals the same way; :func:`file_problem` and
 :func:`dir_problem` add the lengths of the names the write will make (:func:`name_problem`).
 
-What a command prints goes to standard output, which :func:`stdout_checked` guards: a
-write there that fails (its reader went away, its disk is full, it was closed) is
-:class:`StdoutError`, which the command ends on (:func:`stdout_failed`), not a traceback.
-
 A temporary outlives its command only if the process is killed outright (SIGKILL, the
 out-of-memory killer); it is a hidden file named after the target, the host and the
 process, and the next write of the same target on that host removes it.
@@ -28,17 +24,15 @@ process, and the next write of the same target on that host removes it.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
 import signal
 import socket
-import sys
 import threading
 from typing import Callable, Iterator, List, Optional, Tuple
 
-from yasgd import UsageError, usage, writable
+from yasgd import UsageError, writable
 from yasgd.checkpoint_format import fsync as _sync
 from yasgd.supervise import stop_signals
 
@@ -272,69 +266,3 @@ def _commit(staged: List[Tuple[str, str]]) -> None:
     for _, target in staged:
         _remove_stale(target)
 
-
-class StdoutError(OSError):
-    """A write to standard output failed: its reader went away (EPIPE), its disk is full,
-    or the descriptor was closed before the command started."""
-
-
-class _Guarded:
-    """A stream whose failed writes and flushes raise :class:`StdoutError` (its ``buffer``
-    too: a job script is written there as bytes); anything else is the stream's own."""
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def write(self, data):
-        return self._guarded(self._stream.write, data)
-
-    def writelines(self, lines):
-        return self._guarded(self._stream.writelines, lines)
-
-    def flush(self):
-        return self._guarded(self._stream.flush)
-
-    @property
-    def buffer(self):
-        return _Guarded(self._stream.buffer)
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-    @staticmethod
-    def _guarded(call, *args):
-        try:
-            return call(*args)
-        except OSError as e:
-            raise StdoutError(e.errno, e.strerror) from e
-
-
-@contextlib.contextmanager
-def stdout_checked() -> Iterator[None]:
-    """``sys.stdout`` guarded in the block, and flushed at its end, so that a write that
-    fails is :class:`StdoutError` here rather than in the interpreter's last flush; a
-    standard output closed before the start (Python then has none) is one at once."""
-    if sys.stdout is None:
-        raise StdoutError(errno.EBADF, "it is closed")
-    real = sys.stdout
-    sys.stdout = _Guarded(real)
-    try:
-        yield
-        sys.stdout.flush()
-    finally:
-        if isinstance(sys.stdout, _Guarded):
-            sys.stdout = real
-
-
-def stdout_failed(e: StdoutError) -> int:
-    """A command's end after ``e``: its standard output is pointed at /dev/null (what is
-    still buffered would fail again at exit), and its exit status returned. A reader that
-    went away (``yasgd ... | head``) ends it without a word, as SIGPIPE ends other commands
-    (141); anything else is one line and status 2."""
-    with contextlib.suppress(OSError):
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.close(null)
-    if e.errno == errno.EPIPE:
-        return 128 + signal.SIGPIPE
-    return usage.error("", f"cannot write standard output: {e.strerror or e}")

@@ -5,7 +5,8 @@ command as typed after ``yasgd`` or after ``python -m yasgd.`` (``bench``, ``job
 ``launch``, ``bench.report``). :class:`Parser` gives argparse's own errors that form (its
 usage block and ``PROG: error:`` line would otherwise be two lines in another form);
 :func:`error` is the same line for what a command finds wrong after parsing (a missing file,
-two options that exclude each other).
+two options that exclude each other). A standard output that cannot be written ends a
+command the same way (:func:`stdout_checked`, :func:`stdout_failed`), not in a traceback.
 
 The training modules keep plain argparse where they have it (``python -m yasgd.ops.build``,
 the bench's study worker): a cached run records the source of every module it imports, and
@@ -14,8 +15,12 @@ an edit there would make every recorded run another code version.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import os
+import signal
 import sys
-from typing import Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 _HEADS = ("python -m yasgd.", "yasgd")
 
@@ -69,7 +74,7 @@ class Parser(argparse.ArgumentParser):
     def _print_message(self, message, file=None):
         # argparse drops a write that fails, so --help into a full disk would exit 0 having
         # printed nothing; here it raises, for the command's guard of its standard output
-        # (yasgd.outputs.stdout_checked)
+        # (stdout_checked)
         if message:
             (file or sys.stderr).write(message)
 
@@ -95,3 +100,70 @@ class Parser(argparse.ArgumentParser):
         """The command's error line for what it finds wrong after parsing (no help hint:
         the arguments parsed); returns the exit status, 2."""
         return error(self.name, message)
+
+
+class StdoutError(OSError):
+    """A write to standard output failed: its reader went away (EPIPE), its disk is full,
+    or the descriptor was closed before the command started."""
+
+
+class _Guarded:
+    """A stream whose failed writes and flushes raise :class:`StdoutError` (its ``buffer``
+    too: a job script is written there as bytes); anything else is the stream's own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, data):
+        return self._guarded(self._stream.write, data)
+
+    def writelines(self, lines):
+        return self._guarded(self._stream.writelines, lines)
+
+    def flush(self):
+        return self._guarded(self._stream.flush)
+
+    @property
+    def buffer(self):
+        return _Guarded(self._stream.buffer)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    @staticmethod
+    def _guarded(call, *args):
+        try:
+            return call(*args)
+        except OSError as e:
+            raise StdoutError(e.errno, e.strerror) from e
+
+
+@contextlib.contextmanager
+def stdout_checked() -> Iterator[None]:
+    """``sys.stdout`` guarded in the block, and flushed at its end, so that a write that
+    fails is :class:`StdoutError` here rather than in the interpreter's last flush; a
+    standard output closed before the start (Python then has none) is one at once."""
+    if sys.stdout is None:
+        raise StdoutError(errno.EBADF, "it is closed")
+    real = sys.stdout
+    sys.stdout = _Guarded(real)
+    try:
+        yield
+        sys.stdout.flush()
+    finally:
+        if isinstance(sys.stdout, _Guarded):
+            sys.stdout = real
+
+
+def stdout_failed(e: StdoutError) -> int:
+    """A command's end after ``e``: its standard output is pointed at /dev/null (what is
+    still buffered would fail again at exit), and its exit status returned. A reader that
+    went away (``yasgd ... | head``) ends it without a word, as SIGPIPE ends other commands
+    (141); anything else is one line and status 2."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+    if e.errno == errno.EPIPE:
+        return 128 + signal.SIGPIPE
+    return error("", f"cannot write standard output: {e.strerror or e}")
