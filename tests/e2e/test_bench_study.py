@@ -43,14 +43,19 @@ def _bench(name, out, *args, timeout=600):
 def test_ablation_quick_resumes_after_sigterm_and_shares_runs_with_largebatch(tmp_path):
     out = tmp_path / "res"
     cache = out / "runs_cache"
-    proc = subprocess.Popen([YASGD, "bench", "ablation", "--quick", "--out", str(out)], cwd=ROOT,
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    work = out / "study_runs" / "_work"
+    proc = subprocess.Popen([YASGD, "bench", "ablation", "--quick", "--jobs", "2", "--out",
+                             str(out)], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.time() + 300
-        while time.time() < deadline and not (cache.is_dir() and list(cache.glob("*.json"))):
+        # the signal lands as the third run starts (its spec is written just before its
+        # process): a start under way when the stop comes is stopped too, never missed
+        deadline, specs = time.time() + 300, []
+        while time.time() < deadline and len(specs) < 3:
             assert proc.poll() is None, proc.stdout.read()
-            time.sleep(0.5)
-        assert list(cache.glob("*.json")), "no run finished within 300 s"
+            specs = sorted(work.glob("*.spec.json"), key=lambda p: p.stat().st_mtime_ns)
+            time.sleep(0.005)
+        assert len(specs) >= 3, "the third run did not start within 300 s"
         proc.send_signal(signal.SIGTERM)
         text, _ = proc.communicate(timeout=60)
     finally:
@@ -59,6 +64,9 @@ def test_ablation_quick_resumes_after_sigterm_and_shares_runs_with_largebatch(tm
     assert proc.returncode == 143, text
     assert "interrupted by SIGTERM" in text and "yasgd: stopped by SIGTERM" in text
     assert "Traceback" not in text
+    third = specs[2].with_name(specs[2].name.replace(".spec.json", ".log"))
+    assert not third.exists() or "final test accuracy" not in third.read_text(), \
+        "the run that was starting when the bench was stopped trained to its end"
     kept = {p.name for p in cache.glob("*.json")}
     assert kept
     time.sleep(1)

@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -38,6 +39,45 @@ class Interrupted(Stopped):
 class CodeChanged(TrainingError):
     """A run ran other code than the bench started on (a pull or an edit while it ran): the
     bench cannot go on (one ``yasgd: error:`` line, exit 1)."""
+
+
+class Workers:
+    """The worker processes of one sitting, each in a session of its own, started and
+    stopped under one lock. Once :meth:`stop` has run no worker starts, and every one that
+    started has been sent SIGTERM: a start that was under way when the stop came (the
+    thread between its ``Popen`` and the record of its process) is waited for, so it is
+    not missed, and ``Popen`` returns after the child's ``exec``, so the signal never lands
+    in the child's copy of this process's handlers (between fork and exec), where it would
+    be lost."""
+
+    class Cancelled(Exception):
+        """A start asked for after the stop."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._procs: Dict[str, subprocess.Popen] = {}
+        self._stopped = False
+
+    def start(self, key: str, args: List[str], **kw) -> subprocess.Popen:
+        with self._lock:
+            if self._stopped:
+                raise Workers.Cancelled(f"run {key} not started: the bench is stopping")
+            p = subprocess.Popen(args, start_new_session=True, **kw)
+            self._procs[key] = p
+            return p
+
+    def ended(self, key: str) -> None:
+        with self._lock:
+            self._procs.pop(key, None)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            for p in self._procs.values():
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
 
 
 def package_code() -> Dict[str, str]:
@@ -169,7 +209,7 @@ class Study:
                 "version": runcache.code_version(modules, env) if modules else None}
 
     # -- one run ---------------------------------------------------------------------
-    def _train(self, run: Run, threads: int, procs: Dict[str, subprocess.Popen]) -> Dict[str, object]:
+    def _train(self, run: Run, threads: int, workers: Workers) -> Dict[str, object]:
         os.makedirs(self.work, exist_ok=True)
         spec = os.path.join(self.work, f"{run.key}.spec.json")
         res_path = os.path.join(self.work, f"{run.key}.result.json")
@@ -179,12 +219,10 @@ class Study:
             os.remove(res_path)
         t0 = time.time()
         with open(log, "w") as f:
-            p = subprocess.Popen([sys.executable, "-m", "yasgd.bench.study_worker", "--worker",
-                                  "--spec", spec, "--result", res_path], stdout=f,
-                                 stderr=subprocess.STDOUT, env=_worker_env(threads),
-                                 cwd=common.REPO_ROOT, start_new_session=True,
-                                 preexec_fn=die_with_parent())
-            procs[run.key] = p
+            p = workers.start(run.key, [sys.executable, "-m", "yasgd.bench.study_worker",
+                                        "--worker", "--spec", spec, "--result", res_path],
+                              stdout=f, stderr=subprocess.STDOUT, env=_worker_env(threads),
+                              cwd=common.REPO_ROOT, preexec_fn=die_with_parent())
             try:
                 rc = p.wait(timeout=self.scale.run_timeout_s)
             except subprocess.TimeoutExpired:
@@ -192,7 +230,7 @@ class Study:
                 p.wait()
                 rc = "timeout"
             finally:
-                procs.pop(run.key, None)
+                workers.ended(run.key)
         if rc != 0:
             with open(log, errors="replace") as f:
                 tail = "".join(f.readlines()[-5:])
@@ -208,7 +246,7 @@ class Study:
     def run(self, jobs: int, max_runs: Optional[int] = None, stop_after_s: Optional[float] = None,
             on_progress: Optional[Callable[[List[Search], bool], None]] = None) -> List[Search]:
         threads = threads_per_job(jobs)
-        procs: Dict[str, subprocess.Popen] = {}
+        workers = Workers()
         old = stop_by_unwinding(Interrupted)    # a hang-up too: no worker trains unwatched
         t0, started = time.time(), 0
         in_flight: Dict[object, Run] = {}
@@ -226,7 +264,7 @@ class Study:
                         run = self.run_of(s.arm, f, seed)
                         if run.key in busy or run.key in self.failed:
                             continue
-                        in_flight[ex.submit(self._train, run, threads, procs)] = run
+                        in_flight[ex.submit(self._train, run, threads, workers)] = run
                         busy.add(run.key)
                         started += 1
                         may_start = max_runs is None or started < max_runs
@@ -265,11 +303,7 @@ class Study:
                     if on_progress:
                         on_progress(self.searches(), True)
         except (Interrupted, CodeChanged) as e:
-            for p in list(procs.values()):
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+            workers.stop()
             ex.shutdown(wait=True, cancel_futures=True)
             if isinstance(e, Interrupted):
                 common.say(f"interrupted by {e}: {len(in_flight)} run(s) in flight stopped; "
