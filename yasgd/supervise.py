@@ -20,6 +20,7 @@ that carries the signal: their clean-up runs (for at most ``CLEANUP_S`` seconds)
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import queue
@@ -119,7 +120,9 @@ def _watch() -> None:
     """A thread of its own: ``CLEANUP_S`` seconds after the first stop, ends a process whose
     clean-up has not ended (a pool waiting for good on a worker) with 128 + N and one line,
     whatever call the main thread waits in; sends a stop that landed in a finaliser
-    (:func:`_stop_again`) to the main thread again."""
+    (:func:`_stop_again`) to the main thread again. It blocks the stop signals: one the
+    kernel gave it would wait until the main thread next ran Python code."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     main, first, deadline = threading.main_thread().ident, None, None
     while True:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -175,15 +178,12 @@ def stop_signals() -> List[int]:
 
 def say(line: str) -> None:
     """One line on stderr; nothing when stderr is gone (a closed terminal after SIGHUP)."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         print(line, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 def _stat(path: str) -> Optional[List[str]]:
-    """The fields of a ``/proc/PID/stat`` after the command name (state first, then the
-    parent pid), or None when the process is gone."""
+    """``/proc/PID/stat``'s fields after the name (state, parent pid, ...); None: gone."""
     try:
         with open(path) as f:
             return f.read().rsplit(")", 1)[1].split()

@@ -298,3 +298,21 @@ def test_the_launcher_is_one_thread_again_when_it_takes_its_signals_over(tmp_pat
         print(threading.active_count())
         """, tmp_path)
     assert (rc, err, out.split()) == (0, "", ["2", "1", "2"])
+
+
+def test_the_clean_up_watch_never_takes_a_stop_signal(tmp_path):
+    # the kernel gives a process's signal to a thread that does not block it; a handler runs
+    # in the main thread only once that thread runs Python code again, which a main thread
+    # waiting on a lock or a child may not do for long: only the main thread may take one
+    rc, out, err = _run("""
+        def blocked(tid):
+            with open(f"/proc/self/task/{tid}/status") as f:
+                return [line.split()[1] for line in f if line.startswith("SigBlk:")][0]
+        time.sleep(0.2)
+        print(blocked(threading.get_native_id()), blocked(supervise._watcher[0].native_id))
+        """, tmp_path)
+    assert (rc, err) == (0, ""), err
+    main, watch = (int(mask, 16) for mask in out.split())
+    stops = [signal.SIGHUP, signal.SIGINT, signal.SIGTERM]
+    assert all(watch >> (sig - 1) & 1 for sig in stops), out
+    assert not any(main >> (sig - 1) & 1 for sig in stops), out

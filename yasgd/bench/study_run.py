@@ -19,15 +19,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from yasgd import UsageError
 from yasgd.bench import common, machine, runcache
 from yasgd.bench.study import Arm, Run, Search, runs_left, search
 from yasgd.bench.study_plan import Scale, overrides
+from yasgd.bench.study_procs import Workers, first_done
 from yasgd.meter import TrainingError
 from yasgd.supervise import Stopped, die_with_parent, stop_by_unwinding
 
@@ -39,45 +39,6 @@ class Interrupted(Stopped):
 class CodeChanged(TrainingError):
     """A run ran other code than the bench started on (a pull or an edit while it ran): the
     bench cannot go on (one ``yasgd: error:`` line, exit 1)."""
-
-
-class Workers:
-    """The worker processes of one sitting, each in a session of its own, started and
-    stopped under one lock. Once :meth:`stop` has run no worker starts, and every one that
-    started has been sent SIGTERM: a start that was under way when the stop came (the
-    thread between its ``Popen`` and the record of its process) is waited for, so it is
-    not missed, and ``Popen`` returns after the child's ``exec``, so the signal never lands
-    in the child's copy of this process's handlers (between fork and exec), where it would
-    be lost."""
-
-    class Cancelled(Exception):
-        """A start asked for after the stop."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._procs: Dict[str, subprocess.Popen] = {}
-        self._stopped = False
-
-    def start(self, key: str, args: List[str], **kw) -> subprocess.Popen:
-        with self._lock:
-            if self._stopped:
-                raise Workers.Cancelled(f"run {key} not started: the bench is stopping")
-            p = subprocess.Popen(args, start_new_session=True, **kw)
-            self._procs[key] = p
-            return p
-
-    def ended(self, key: str) -> None:
-        with self._lock:
-            self._procs.pop(key, None)
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stopped = True
-            for p in self._procs.values():
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
 
 
 def package_code() -> Dict[str, str]:
@@ -270,7 +231,7 @@ class Study:
                         may_start = max_runs is None or started < max_runs
                 if not in_flight:
                     break
-                done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+                done = first_done(list(in_flight))
                 for fut in done:
                     run = in_flight.pop(fut)
                     try:

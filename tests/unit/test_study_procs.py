@@ -1,16 +1,18 @@
-"""The worker processes of a training bench's sitting (``yasgd.bench.study_run.Workers``), on
-real processes and real signals: a stop reaches every worker that started, one whose start
+"""The processes of a training bench's sitting (``yasgd.bench.study_procs``), on real
+processes, threads and signals: a stop reaches every worker that started, one whose start
 was under way when the stop came included, and its whole session; no worker starts after
-it. The bench's own stop, as a run starts, is tests/e2e/test_bench_study.py.
+it; and the bench's wait lets its main thread run a stop that another thread received. The
+bench's own stop, as a run starts, is tests/e2e/test_bench_study.py.
 """
 import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from yasgd.bench.study_run import Workers
+from yasgd.bench.study_procs import Workers, first_done
 
 SLEEP = ["sleep", "60"]
 
@@ -74,3 +76,32 @@ def test_the_stop_reaches_the_workers_session_and_passes_over_ended_ones(tmp_pat
             if q.poll() is None:
                 q.kill()
                 q.wait()
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_the_wait_runs_a_stop_that_another_thread_received():
+    # the kernel gives a process's signal to any thread that does not block it; Python runs
+    # the handler in the main thread, once that thread runs Python code again
+    def handler(signum, frame):
+        raise _Stop(signum)
+
+    old = signal.signal(signal.SIGTERM, handler)
+    release, ident = threading.Event(), []
+    try:
+        with ThreadPoolExecutor(1) as ex:
+            run = ex.submit(lambda: ident.append(threading.get_ident()) or release.wait(10))
+            _until(lambda: ident)
+            threading.Timer(0.2, signal.pthread_kill, (ident[0], signal.SIGTERM)).start()
+            t0 = time.monotonic()
+            try:
+                with pytest.raises(_Stop):
+                    first_done([run], poll=0.1)
+                took = time.monotonic() - t0
+            finally:
+                release.set()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert took < 3, took               # the run it waited for lasts 10 s
