@@ -1,7 +1,7 @@
 """A config against the dataset on this host (yasgd.data.fit), checked before any work: a
-label the model has no output for, and a training set too small for one step, are refused
-in one line by yasgd train and by yasgd check-config --data, on IDX files written here and
-on a RecordIO folder."""
+label the model has no output for, a Fashion-MNIST image size or crop pad its images cannot
+give, and a training set too small for one step, are refused in one line by yasgd train and
+by yasgd check-config --data, on IDX files written here and on a RecordIO folder."""
 import os
 import struct
 import subprocess
@@ -96,7 +96,14 @@ def _cli(*args):
                           "model.classes=5 or more"),
     (["data.limit=10"], "config key data.limit=10 keeps 10 training images, fewer than one step "
                         "of train.global_batch=16: an epoch would have no step (raise "
-                        "data.limit, or lower train.global_batch)")])
+                        "data.limit, or lower train.global_batch)"),
+    (["data.image_size=32"], "config key data.image_size=32: the images of "
+                             "{root}/train-images-idx3-ubyte are 28 x 28 and train at that size "
+                             "(the Fashion-MNIST loader crops from a padded copy, it does not "
+                             "resize); set data.image_size=28"),
+    (["data.pad_crop=28"], "config key data.pad_crop=28: the images of "
+                           "{root}/train-images-idx3-ubyte are 28 x 28, and a pad of their side "
+                           "or more lets a random crop hold no pixel of the image; use 0 to 27")])
 def test_train_and_check_config_refuse_in_one_line_and_make_nothing(fashion, tmp_path, more,
                                                                     message):
     over = [f"data.root={fashion}", "data.limit=0", "data.eval_limit=0", "train.global_batch=16",
@@ -108,6 +115,55 @@ def test_train_and_check_config_refuse_in_one_line_and_make_nothing(fashion, tmp
     assert not os.path.exists(tmp_path / "runs")
     p = _cli("check-config", TINY, *over)              # the data are checked only when asked
     assert p.returncode == 0, p.stderr
+
+
+def _crops(pad, epochs=10):
+    """The training crops the Fashion-MNIST loader gives from 64 white 28 x 28 images
+    zero-padded by ``pad``, as a (crops, 28, 28) array of 0 (padding) and 1 (image)."""
+    import mxnet as mx
+    from yasgd.data.fashion_mnist import MEAN, STD, ArrayLoader
+    loader = ArrayLoader(np.full((64, 28, 28), 255, np.uint8), np.zeros(64, np.int64), 16,
+                         mx.cpu(), 0, 1, seed=0, train=True, pad=pad, flip=False)
+    got = []
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        got += [x.asnumpy()[:, 0] for x, _ in loader]
+    return np.round(np.concatenate(got) * STD + MEAN).astype(int)
+
+
+def test_the_loader_keeps_the_images_size_and_a_pad_of_their_side_gives_empty_crops():
+    """The rules' premises, on the loader itself: its crops are the images' 28 x 28 whatever
+    data.image_size says (the loader is never given it); with a pad p every crop's offset is
+    in 0..2p on each axis, so it holds a pixel of the image exactly when p < 28 (closed form),
+    and at p = 28 an offset of 0 or 56 on either axis, 1 - (55/57)^2 of the crops, is all
+    padding (640 crops: some are)."""
+    for pad in (0, 2, 27):
+        crops = _crops(pad)
+        assert crops.shape == (640, 28, 28) and crops.reshape(640, -1).max(axis=1).min() == 1
+    empty = _crops(28).reshape(640, -1).max(axis=1) == 0
+    assert 0 < empty.sum() < 640
+
+
+def test_fashion_mnist_images_fix_the_image_size_and_bound_the_pad(fashion):
+    fit.check(_cfg(fashion, 5, "data.image_size=28", "data.pad_crop=27"))
+    for more, words in ((["data.image_size=27"], "data.image_size=27: the images of"),
+                        (["data.image_size=224"], "are 28 x 28 and train at that size"),
+                        (["data.pad_crop=28"], "pad of their side or more"),
+                        (["data.pad_crop=100000"], "use 0 to 27")):
+        with pytest.raises(UsageError, match=words):
+            fit.check(_cfg(fashion, 5, *more))
+    # images that are not square: no one data.image_size names them; the pad is bounded by
+    # the shorter side
+    _idx(fashion / "train-images-idx3-ubyte", np.zeros((64, 20, 30)))
+    fit.check(_cfg(fashion, 5, "data.image_size=28", "data.pad_crop=19"))
+    with pytest.raises(UsageError, match=r"are 20 x 30, and a pad .* use 0 to 19$"):
+        fit.check(_cfg(fashion, 5, "data.pad_crop=20"))
+    # not images, or not there: the loader and the data check name the file
+    _idx(fashion / "train-images-idx3-ubyte", np.zeros(64))
+    fit.check(_cfg(fashion, 5, "data.image_size=32"))
+    os.remove(fashion / "train-images-idx3-ubyte")
+    fit.check(_cfg(fashion, 5, "data.pad_crop=28"))
+    fit.check(_cfg(fashion, 5, "data.kind=synthetic", "data.image_size=32"))
 
 
 def test_a_recordio_class_index_of_another_size_is_refused(tmp_path):

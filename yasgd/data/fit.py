@@ -5,6 +5,11 @@
 * its labels fit ``model.classes``. A label at or past it has no output of the model to go
   to, and MXNet's loss does not refuse it (it clips the index): the run would train on
   wrong targets without a word. A RecordIO ``classes.txt`` must list ``model.classes``;
+* Fashion-MNIST's training images train at their own size: ``data.image_size`` must be
+  their side (its loader crops them from a copy zero-padded by ``data.pad_crop`` on each
+  side and never resizes), and ``data.pad_crop`` must be below the side: a pad of the side
+  or more lets a random crop hold no pixel of the image (the loader keeps the padded copy
+  of the whole set in memory, n x (side + 2 pad)^2 bytes);
 * its training images give an epoch a step. An epoch of n images (``data.limit`` of them,
   or the whole set) holds n // ``train.global_batch`` optimizer steps: each rank reads
   n // (ranks x per-rank batch) full micro-batches (:class:`yasgd.data.sampler.EpochSampler`)
@@ -24,6 +29,7 @@ def check(cfg) -> None:
     """UsageError where the dataset ``cfg.data`` names does not fit ``cfg`` (above)."""
     if cfg.data.kind == "fashion_mnist":
         count = _check_idx_labels(cfg.data.root, cfg.model.classes)
+        _check_idx_side(cfg.data)
     elif cfg.data.kind == "recordio":
         count = _check_recordio(cfg.data.root, cfg.model.classes)
     else:
@@ -55,6 +61,28 @@ def _check_idx_labels(root: str, classes: int) -> Optional[Tuple[int, str]]:
                          f"{path}: they run to {top} ({top + 1} classes); set model.classes="
                          f"{top + 1} or more")
     return count
+
+
+def _check_idx_side(data) -> None:
+    """The training images' side against ``data.image_size`` and ``data.pad_crop``, read
+    with the loader's own reader (nothing where the file is not there)."""
+    from yasgd.data import fashion_mnist
+    try:
+        path = fashion_mnist._find(data.root, fashion_mnist.FILES["train"][0])
+    except UsageError:
+        return
+    images = fashion_mnist._read_idx(path)
+    if images.ndim != 3:                     # not images: the loader's line names it
+        return
+    h, w = images.shape[1:]
+    if h == w and data.image_size != h:      # one number cannot name another shape
+        raise UsageError(f"config key data.image_size={data.image_size}: the images of {path} "
+                         f"are {h} x {w} and train at that size (the Fashion-MNIST loader crops "
+                         f"from a padded copy, it does not resize); set data.image_size={h}")
+    if data.pad_crop >= min(h, w):
+        raise UsageError(f"config key data.pad_crop={data.pad_crop}: the images of {path} are "
+                         f"{h} x {w}, and a pad of their side or more lets a random crop hold "
+                         f"no pixel of the image; use 0 to {min(h, w) - 1}")
 
 
 def _check_recordio(root: str, classes: int) -> Optional[Tuple[int, str]]:
