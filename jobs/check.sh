@@ -36,13 +36,14 @@ render() {
 }
 rendered=()
 render pbs.sh --scheduler pbs --nodes 256 --config "$CONFIG" --group gXX00000 "${extra[@]}"
-# one 8-GPU node: the per-rank batch follows from the global batch (81,920 / 8)
+# one 8-GPU node: the per-rank batch follows from the global batch (2,048 / 8; a GPU's
+# micro-batch of 81,920 / 8 images is refused: MXNet holds no tensor that large)
 render pbs-nogroup.sh --scheduler pbs --nodes 1 --gpus-per-node 8 --config "$CONFIG" --walltime 0:30:00 \
-  "${extra[@]}" train.batch_per_rank=0
+  "${extra[@]}" train.global_batch=2048 train.batch_per_rank=0
 render uge.sh --scheduler uge --nodes 512 --config "$CONFIG" --group gXX00000 "${extra[@]}"
 render slurm.sbatch --scheduler slurm --nodes 2 --gpus-per-node 4 --config "$CONFIG" \
-  --queue gpu --group proj 'run.name=with space' train.epochs=2 train.batch_per_rank=0 \
-  schedule.warmup_epochs=1 data.polish_epochs=1
+  --queue gpu --group proj 'run.name=with space' train.epochs=2 train.global_batch=2048 \
+  train.batch_per_rank=0 schedule.warmup_epochs=1 data.polish_epochs=1
 echo "shellcheck (rendered with $CONFIG): ${rendered[*]##*/}"
 [ ${#rendered[@]} -eq 0 ] || shellcheck -x "${rendered[@]}" || status=1
 [ "$status" -eq 0 ] && echo "jobs-check: ok" || echo "jobs-check: FAILED" >&2

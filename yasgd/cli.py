@@ -224,7 +224,7 @@ def _run(args: argparse.Namespace) -> int:
         cfg = config_mod.load(args.config, args.overrides)
         per_rank = config_mod.per_rank_batch(cfg, args.world_size)
         device = args.device if args.device != "auto" else config_device.host_device()
-        config_device.check(cfg, device)
+        config_device.check(cfg, device, args.world_size)
         if args.run_dir:
             _check_run_dir(cfg)
         if args.data:

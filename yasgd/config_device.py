@@ -9,9 +9,12 @@ a rule that refuses a config changes nothing in a run that starts.
 One of them holds on every device: MXNet 1.9.1's wheels are built without large-tensor
 support, so a parameter of :data:`TENSOR_LIMIT` elements or more is refused when it is
 allocated ("Size of tensor you are trying to allocate is larger than 2^31 elements"), a
-traceback once a rank after the run directory is made. :func:`largest_parameter` is the
-largest parameter of yasgd's ResNets in closed form (tests/unit/test_tensor_limit.py checks it
-against MXNet's own shape inference), so the rule needs no MXNet."""
+traceback once a rank after the run directory is made. The same bound holds for the
+tensors a step computes on a rank's micro-batch (its input, each layer's output and
+gradient), which grow with ``data.image_size`` on RecordIO and synthetic data.
+:func:`largest_parameter` and :func:`largest_activation` are the largest of yasgd's ResNets
+in closed form (tests/unit/test_tensor_limit.py checks both against MXNet's own shape
+inference), so the rule needs no MXNet."""
 from __future__ import annotations
 
 from typing import Tuple
@@ -22,6 +25,9 @@ from yasgd.config_checks import BASIC_DEPTHS, BOTTLENECK_DEPTHS, model_depth
 #: MXNet's bound on a tensor's elements without large-tensor support: it requires
 #: ``Size() < (int64_t{1} << 31) - 1``
 TENSOR_LIMIT = (1 << 31) - 1
+
+NO_LARGE_TENSORS = (f"MXNet (built without large-tensor support) allocates no tensor of "
+                    f"{TENSOR_LIMIT:,} or more")
 
 FLOAT16_NEEDS_GPU = ("config key model.dtype=float16 needs GPUs: MXNet has no float16 "
                      "training kernels on the CPU (matrix products, convolutions); use "
@@ -55,35 +61,83 @@ def largest_parameter(name: str, width: int, classes: int,
                (stem, "the stem's weight", key))
 
 
-def check_tensors(cfg) -> None:
-    """UsageError where a parameter of the model ``cfg`` asks for would have
-    :data:`TENSOR_LIMIT` elements or more (the input's channels: Fashion-MNIST's 1, else
-    3, as the loaders give them)."""
+def largest_activation(name: str, width: int, stem_stride: int, image: int, in_channels: int,
+                       classes: int) -> Tuple[int, str]:
+    """(elements, what it is) of the largest tensor one image of ``image`` x ``image`` px
+    makes in :func:`yasgd.model.build`'s network: its input, the stem's output, a stage's
+    output or the logits. A padded convolution or pool of stride t makes a side s
+    (s - 1) // t + 1. The ImageNet ResNets' stem is a 7x7 convolution of stride 2 to 64
+    channels and a 3x3 max-pool of stride 2; the small ResNets' a 3x3 convolution of stride
+    ``model.stem_stride`` to ``width`` channels. Each stage after the first has stride 2. A
+    bottleneck's inner tensors (a quarter of its channels, at most at the last stage's side)
+    and a block's shortcut are never larger than the stage outputs around them."""
+    depth = model_depth(name)
+    found = [(in_channels * image * image, f"the input ({in_channels} x {image} x {image})"),
+             (classes, f"the logits ({classes})")]
+    if depth in BOTTLENECK_DEPTHS or depth in BASIC_DEPTHS:
+        side = (image - 1) // 2 + 1
+        found.append((64 * side * side, f"the stem's output (64 x {side} x {side})"))
+        side = (side - 1) // 2 + 1
+        stages = (256, 512, 1024, 2048) if depth in BOTTLENECK_DEPTHS else (64, 128, 256, 512)
+    else:
+        side = (image - 1) // stem_stride + 1
+        found.append((width * side * side, f"the stem's output ({width} x {side} x {side})"))
+        stages = (width, 2 * width, 4 * width)
+    for i, channels in enumerate(stages):
+        if i:
+            side = (side - 1) // 2 + 1
+        found.append((channels * side * side,
+                      f"stage {i + 1}'s output ({channels} x {side} x {side})"))
+    return max(found, key=lambda f: f[0])
+
+
+def check_tensors(cfg, world_size: int = 1) -> None:
+    """UsageError where a parameter of the model ``cfg`` asks for, or a tensor of a step on
+    a rank's micro-batch at ``world_size`` ranks, would have :data:`TENSOR_LIMIT` elements
+    or more (the input's channels: Fashion-MNIST's 1, else 3, as the loaders give them;
+    Fashion-MNIST's images keep their own 28 x 28, :mod:`yasgd.data.fit`)."""
     m = cfg.model
     size, what, key = largest_parameter(m.name, m.width, m.classes,
                                         1 if cfg.data.kind == "fashion_mnist" else 3)
     if size >= TENSOR_LIMIT:
         value = getattr(m, key.split(".")[1])
         raise UsageError(f"config key {key}={value}: {what} would have {size:,} elements; "
-                         f"MXNet (built without large-tensor support) allocates no tensor "
-                         f"of {TENSOR_LIMIT:,} or more")
+                         f"{NO_LARGE_TENSORS}")
+    if cfg.data.kind == "fashion_mnist":
+        return
+    from yasgd import config
+    try:
+        batch = config.per_rank_batch(cfg, world_size)
+    except UsageError:      # each command splits the batch itself, at its real world size
+        return
+    one, what = largest_activation(m.name, m.width, m.stem_stride, cfg.data.image_size, 3,
+                                   m.classes)
+    if batch * one >= TENSOR_LIMIT:
+        raise UsageError(f"config key data.image_size={cfg.data.image_size}: on a rank's "
+                         f"micro-batch of {batch:,} images ({world_size} rank"
+                         f"{'' if world_size == 1 else 's'}), {what} "
+                         f"would have {batch * one:,} elements; {NO_LARGE_TENSORS} (lower "
+                         f"data.image_size, or the micro-batch: train.global_batch, "
+                         f"train.accumulate)")
 
 
-def check(cfg, device: str) -> None:
-    """UsageError where ``cfg`` cannot train on ``device``."""
+def check(cfg, device: str, world_size: int = 1) -> None:
+    """UsageError where ``cfg`` cannot train on ``device`` at ``world_size`` ranks."""
     from yasgd import config
     config.check_device(cfg, device)
     if device == "cpu" and cfg.model.dtype == "float16":
         raise UsageError(FLOAT16_NEEDS_GPU)
-    check_tensors(cfg)
+    check_tensors(cfg, world_size)
 
 
 def check_training(cfg) -> None:
     """:func:`check` on the device ``yasgd train``'s ranks will use (MXNet's GPUs, as
-    :meth:`yasgd.dist.World.context` chooses). MXNet is imported only where a rule asks for
-    the device (float16), so a config refused for another reason never loads it."""
+    :meth:`yasgd.dist.World.context` chooses), at the world size the launcher announced.
+    MXNet is imported only where a rule asks for the device (float16), so a config refused
+    for another reason never loads it."""
+    from yasgd.dist import env_world_size
     if cfg.model.dtype != "float16":
-        check_tensors(cfg)      # the device's rules (config.check_device) run in training
+        check_tensors(cfg, env_world_size())   # the device's rules run in training
         return
     from yasgd.dist import World
-    check(cfg, World().context().device_type)
+    check(cfg, World().context().device_type, env_world_size())

@@ -197,7 +197,7 @@ def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, conf
     cfg = config_mod.load(config, list(overrides))
     ranks = nodes * gpn
     per_rank = config_mod.per_rank_batch(cfg, ranks)
-    config_device.check(cfg, "gpu")   # the job's ranks: one a GPU (--gpus-per-node)
+    config_device.check(cfg, "gpu", ranks)   # the job's ranks: one a GPU each
     seconds = parse_walltime(walltime) if walltime is not None else default_walltime(cfg, ranks)
     if seconds <= 0:
         raise UsageError(f"--walltime must be positive, got {walltime!r}")
