@@ -15,6 +15,7 @@ from yasgd import config, config_device, model
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
 TINY = os.path.join(ROOT, "examples", "configs", "tiny.yaml")
+DEMO = os.path.join(ROOT, "examples", "configs", "demo.yaml")
 LIMIT = config_device.TENSOR_LIMIT
 
 
@@ -110,8 +111,7 @@ def test_the_closed_form_is_mxnets_largest_tensor_of_an_image(name, width, stem_
 
 
 def _demo(*more):
-    return ["check-config", os.path.join(ROOT, "examples", "configs", "demo.yaml"),
-            "data.kind=synthetic", *more]
+    return ["check-config", DEMO, "data.kind=synthetic", *more]
 
 
 def test_a_step_past_the_bound_is_one_line_before_any_work(tmp_path):
@@ -134,13 +134,12 @@ def test_a_step_past_the_bound_is_one_line_before_any_work(tmp_path):
     # rank) on one image size: refused at 1 rank, rendered at 8
     over = ["data.kind=synthetic", "data.image_size=725", "data.synthetic_samples=8192",
             f"run.dir={tmp_path}/runs"]
-    demo = os.path.join(ROOT, "examples", "configs", "demo.yaml")
-    rc, out, err = _cli("train", demo, *over)
+    rc, out, err = _cli("train", DEMO, *over)
     assert rc == 2 and err.startswith("yasgd: error: config key data.image_size=725: on a "
                                       "rank's micro-batch of 1,024 images"), err
     assert err.count("\n") == 1 and os.listdir(tmp_path) == []
     rc, out, err = _cli("jobs", "render", "--scheduler", "pbs", "--nodes", "2", "--config",
-                        demo, "-o", str(tmp_path / "job.sh"), *over[:3])
+                        DEMO, "-o", str(tmp_path / "job.sh"), *over[:3])
     assert rc == 0 and os.listdir(tmp_path) == ["job.sh"], err
     # Fashion-MNIST's images keep their 28 x 28 (yasgd.data.fit): no step rule here
-    config_device.check_tensors(config.load(demo, ["data.image_size=100000"]))
+    config_device.check_tensors(config.load(DEMO, ["data.image_size=100000"]))
