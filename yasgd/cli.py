@@ -85,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
                         "train checks before it starts; yasgd launch asks for it)")
     c.add_argument("--run-dir", action="store_true", help="also check run.dir and the checkpoint "
                    "run.resume chooses on this host (train's checks; yasgd launch asks for them)")
+    c.add_argument("--ranks-on-host", type=argtypes.integer(1), metavar="N", help="also check "
+                   "that N CPU ranks fit this host's memory (train's check; launch passes -np)")
 
     # for --help only: main() hands "yasgd launch ..." (a command after --) to launch.main
     sub.add_parser("launch", help=f"run N ranks of a command on this host through mpirun: "
@@ -176,10 +178,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _close_horovod_timeline() -> None:
-    """Write out the rest of a Horovod timeline (``HOROVOD_TIMELINE``) before the process ends:
-    Horovod's exit hook stops its writer thread without draining its queue (the last step's
-    events can be missing); ``stop_timeline()`` returns once every queued event is written and
-    the file closed. A no-op without Horovod or a timeline."""
+    """Write out the rest of a Horovod timeline (``HOROVOD_TIMELINE``): Horovod's exit hook
+    stops its writer without draining its queue; ``stop_timeline()`` writes every queued event."""
     from yasgd import dist
     w = dist.current()
     if w is None or not w.horovod or not os.environ.get("HOROVOD_TIMELINE"):
@@ -224,7 +224,7 @@ def _run(args: argparse.Namespace) -> int:
         cfg = config_mod.load(args.config, args.overrides)
         per_rank = config_mod.per_rank_batch(cfg, args.world_size)
         device = args.device if args.device != "auto" else config_device.host_device()
-        config_device.check(cfg, device, args.world_size)
+        config_device.check(cfg, device, args.world_size, args.ranks_on_host)
         if args.run_dir:
             _check_run_dir(cfg)
         if args.data:

@@ -17,7 +17,7 @@ in closed form (tests/unit/test_tensor_limit.py checks both against MXNet's own 
 inference), so the rule needs no MXNet."""
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 from yasgd import UsageError
 from yasgd.config_checks import BASIC_DEPTHS, BOTTLENECK_DEPTHS, model_depth
@@ -121,23 +121,40 @@ def check_tensors(cfg, world_size: int = 1) -> None:
                          f"train.accumulate)")
 
 
-def check(cfg, device: str, world_size: int = 1) -> None:
-    """UsageError where ``cfg`` cannot train on ``device`` at ``world_size`` ranks."""
+def check(cfg, device: str, world_size: int = 1, ranks_here: Optional[int] = None) -> None:
+    """UsageError where ``cfg`` cannot train on ``device`` at ``world_size`` ranks; with
+    ``ranks_here``, also where that many CPU ranks would not fit this host's memory
+    (:mod:`yasgd.hostmem`)."""
     from yasgd import config
     config.check_device(cfg, device)
     if device == "cpu" and cfg.model.dtype == "float16":
         raise UsageError(FLOAT16_NEEDS_GPU)
     check_tensors(cfg, world_size)
+    if device == "cpu" and ranks_here:
+        _check_host_memory(cfg, world_size, ranks_here)
+
+
+def _check_host_memory(cfg, world_size: int, ranks_here: int) -> None:
+    from yasgd import config, hostmem
+    try:
+        batch = config.per_rank_batch(cfg, world_size)
+    except UsageError:      # each command splits the batch itself, at its real world size
+        return
+    hostmem.check(cfg, batch, ranks_here)
 
 
 def check_training(cfg) -> None:
     """:func:`check` on the device ``yasgd train``'s ranks will use (MXNet's GPUs, as
-    :meth:`yasgd.dist.World.context` chooses), at the world size the launcher announced.
-    MXNet is imported only where a rule asks for the device (float16), so a config refused
+    :meth:`yasgd.dist.World.context` chooses), at the world size the launcher announced,
+    with the host-memory rule for the ranks it announced on this host where they compute on
+    the CPU (no GPU listed). MXNet is imported only where a rule asks for the device (float16), so a config refused
     for another reason never loads it."""
+    from yasgd import hostmem
     from yasgd.dist import env_world_size
     if cfg.model.dtype != "float16":
         check_tensors(cfg, env_world_size())   # the device's rules run in training
+        if host_device() == "cpu":
+            _check_host_memory(cfg, env_world_size(), hostmem.ranks_on_host())
         return
     from yasgd.dist import World
-    check(cfg, World().context().device_type, env_world_size())
+    check(cfg, World().context().device_type, env_world_size(), hostmem.ranks_on_host())

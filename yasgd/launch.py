@@ -223,10 +223,11 @@ def _launch(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             return parsed.returncode
     train = argv[1:] if argv is not None and argv[:1] == ["train"] else None
     if train is not None:
-        # a training's config for this world size, its run directory and its data on this
-        # host are checked once, here, too
+        # a training's config for this world size, its run directory, its data and its
+        # ranks' memory on this host are checked once, here, too
         check = subprocess.run([sys.executable, "-m", "yasgd.cli", "check-config", *train,
-                                "--world-size", str(args.np), "--run-dir", "--data"], env=env,
+                                "--world-size", str(args.np), "--run-dir", "--data",
+                                "--ranks-on-host", str(args.np)], env=env,
                                capture_output=True, text=True)
         if check.returncode == 2:
             sys.stderr.write(check.stderr)
