@@ -135,14 +135,17 @@ def check(cfg, micro_batch: int, ranks: int, memory: Optional[Tuple[int, str]] =
         return
     key = (f"train.global_batch={cfg.train.global_batch}" if fmnist
            else f"data.image_size={cfg.data.image_size}")
-    on_host = "" if ranks == 1 else f"; {ranks} ranks on this host: {_gb(ranks * rank)}"
+    places = next((p for p in range(1, 9) if _gb(ranks * rank, p) != _gb(have, p)), 9)
+    on_host = "" if ranks == 1 else f"; {ranks} ranks on this host: {_gb(ranks * rank, places)}"
     raise UsageError(
         f"config key {key}: a training step on a rank's micro-batch of {micro_batch:,} images "
-        f"of {image} x {image} px keeps at least {_gb(rank)} of activations for the backward "
-        f"pass (the input and every convolution's output{on_host}), more than the "
-        f"{_gb(have)} this host has ({what}); lower data.image_size, or the micro-batch "
-        f"(train.global_batch, train.accumulate), or use fewer ranks on a host")
+        f"of {image} x {image} px keeps at least {_gb(rank, places)} of activations for the "
+        f"backward pass (the input and every convolution's output{on_host}), more than the "
+        f"{_gb(have, places)} this host has ({what}); lower data.image_size, or the "
+        f"micro-batch (train.global_batch, train.accumulate), or use fewer ranks on a host")
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1e9:,.1f} GB"
+def _gb(n: int, places: int) -> str:
+    """``n`` bytes in GB at ``places`` decimals: as many as it takes to tell the needed
+    memory from the host's"""
+    return f"{n / 1e9:,.{places}f} GB"

@@ -119,7 +119,13 @@ def test_the_rule_at_its_edge():
         hostmem.check(cfg, 512, 2, memory=(2 * rank - 1, "RAM, no swap"))
     assert str(e.value).startswith("config key data.image_size=600: a training step on a "
                                    "rank's micro-batch of 512 images of 600 x 600 px keeps "
-                                   f"at least {rank / 1e9:,.1f} GB")
+                                   f"at least {rank / 1e9:,.9f} GB")
+    # the figures take as many decimals as it takes to tell the two apart
+    assert (f"2 ranks on this host: {2 * rank / 1e9:,.9f} GB), more than the "
+            f"{(2 * rank - 1) / 1e9:,.9f} GB this host has (RAM, no swap)") in str(e.value)
+    with pytest.raises(UsageError, match=f"at least {rank / 1e9:,.1f} GB .* on this host: "
+                                         f"{2 * rank / 1e9:,.1f} GB.* than the 1.0 GB"):
+        hostmem.check(cfg, 512, 2, memory=(10 ** 9, "RAM, no swap"))
     fmnist = config.load(DEMO, [])     # Fashion-MNIST: its own 28 x 28, one channel
     one = hostmem.held_for_backward("resnet8", 16, 2, 28, 1)
     with pytest.raises(UsageError, match="config key train.global_batch=4096: .* 512 images "
