@@ -206,10 +206,10 @@ def _run(args: argparse.Namespace) -> int:
         config_text.check_no_yaml_alias(args.config)
         config_text.check_overrides(getattr(args, "overrides", None) or ())
     if args.command == "train":
-        from yasgd import config as config_mod, faults
+        from yasgd import faults
         from yasgd.data import fit
         faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback
-        cfg = config_mod.load(args.config, args.overrides)
+        cfg = config_text.load(args.config, args.overrides)
         config_device.check_training(cfg)               # the rules on the ranks' device
         _check_run_dir(cfg, and_resume=False)           # before Horovod; whole
         fit.check(cfg)
@@ -221,7 +221,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0 if result is not None else 1
     if args.command == "check-config":
         from yasgd import config as config_mod
-        cfg = config_mod.load(args.config, args.overrides)
+        cfg = config_text.load(args.config, args.overrides)
         per_rank = config_mod.per_rank_batch(cfg, args.world_size)
         device = args.device if args.device != "auto" else config_device.host_device()
         config_device.check(cfg, device, args.world_size, args.ranks_on_host)

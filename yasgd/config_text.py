@@ -1,11 +1,14 @@
-"""Checks of a config's text before it is loaded (the loader: yasgd.config), made by every
-command that reads a config (``train``, ``check-config``, ``jobs``; ``yasgd launch``
-through check-config): the file's, and the overrides'."""
+"""Checks of a config's text (the loader: yasgd.config), made by every command that reads a
+config (``train``, ``check-config``, ``jobs``; ``yasgd launch`` through check-config): the
+file's and the overrides' before it is loaded, and after (:func:`load`) that the config
+reads every key they set: a key that only another optimizer, model or data kind reads
+would otherwise be accepted and do nothing."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
 
 from yasgd import UsageError
+from yasgd.config_checks import BASIC_DEPTHS, BOTTLENECK_DEPTHS, model_depth
 
 #: what YAML reads as a line break (PyYAML: ``\n``, ``\r``, NEL, LS, PS), and NUL
 _BREAKS = ("\n", "\r", "\x85", "\u2028", "\u2029", "\0")
@@ -37,3 +40,113 @@ def check_no_yaml_alias(path: str) -> None:
         raise UsageError(f"config file {path} uses a YAML alias (*{alias.value}, line "
                          f"{alias.start_mark.line + 1}): a config holds plain values, each "
                          f"written out where it is used")
+
+
+# -- keys the config does not read ------------------------------------------------------
+def _small_resnet(name: str) -> bool:
+    return model_depth(name) not in (None, *BASIC_DEPTHS, *BOTTLENECK_DEPTHS)
+
+
+_LARS = ("optim.name", lambda v: v == "lars", "with optim.name=lars only")
+_SMALL = ("model.name", _small_resnet, "by the CIFAR-style resnet<6n+2> only: the ImageNet "
+                                       "ResNets have a 7x7 stem of stride 2 and fixed widths")
+_FMNIST = ("data.kind", lambda v: v == "fashion_mnist", "with data.kind=fashion_mnist only")
+_RECORDIO = ("data.kind", lambda v: v == "recordio", "with data.kind=recordio only")
+_FILES = ("data.kind", lambda v: v != "synthetic", "with data.kind=fashion_mnist or recordio "
+                                                  "only: synthetic data reads no files and "
+                                                  "has data.synthetic_samples images")
+_AUGMENTED = (*_FILES[:2], "with data.kind=fashion_mnist or recordio only: synthetic data is "
+                           "never augmented")
+
+#: the keys that only some configs read: key -> (the key that decides it, whether its value
+#: reads the key, which values do, as the error says it); what reads them: yasgd.optim's
+#: from_config, yasgd.model.build and the loaders of yasgd.data
+READ_ONLY_WITH: Dict[str, Tuple[str, Callable[[object], bool], str]] = {
+    **dict.fromkeys(("optim.eta", "optim.epsilon", "optim.momentum_correction",
+                     "optim.wd_in_denominator", "optim.fused"), _LARS),
+    "schedule.wd_schedule": (*_LARS[:2], "with optim.name=lars only: MXNet's SGD and NAG "
+                                         "keep optim.wd constant"),
+    **dict.fromkeys(("model.width", "model.stem_stride"), _SMALL),
+    "data.pad_crop": _FMNIST,
+    **dict.fromkeys(("data.val_resize", "data.min_area", "data.polish_min_area",
+                     "data.threads"), _RECORDIO),
+    "data.synthetic_samples": ("data.kind", lambda v: v == "synthetic",
+                               "with data.kind=synthetic only"),
+    **dict.fromkeys(("data.root", "data.limit"), _FILES),
+    **dict.fromkeys(("data.flip", "data.polish_epochs"), _AUGMENTED),
+}
+
+
+def _typed(overrides: Sequence[str]) -> Dict[str, str]:
+    """{section.key: the override as typed} (the last of a key wins, as in the loader)."""
+    out = {}
+    for item in overrides:
+        section, _, key = item.split("=", 1)[0].partition(".")
+        out[f"{section.strip()}.{key.strip()}"] = item
+    return out
+
+
+def _in_file(path) -> List[str]:
+    """The section.key names the config file sets."""
+    if not path:
+        return []
+    from yasgd.config_yaml import read_file
+    return [f"{s}.{k}" for s, keys in read_file(path).items() if isinstance(keys, dict)
+            for k in keys]
+
+
+def _value(cfg, name: str):
+    section, key = name.split(".")
+    return getattr(getattr(cfg, section), key)
+
+
+def _default(cfg, name: str):
+    section, key = name.split(".")
+    return getattr(type(getattr(cfg, section))(), key)
+
+
+def check_read(cfg, overrides: Sequence[str], path=None) -> List[str]:
+    """UsageError where a key that ``cfg`` (the config ``path`` and ``overrides`` loaded to)
+    does not read is set to other than its default by an override, or by the file while the
+    file also sets (or leaves at its default) what decides it: the run would not do what was
+    asked. A key the file sets whose decider an override changed (one override switching a
+    preset's optimizer, model or data) is no error: what it returns are the warnings that
+    say so."""
+    typed, unused = _typed(overrides), {}
+    unread = {name: (decider, which) for name, (decider, reads, which)
+              in READ_ONLY_WITH.items() if not reads(_value(cfg, decider))}
+    for name, item in typed.items():
+        if name in unread and _value(cfg, name) != _default(cfg, name):
+            decider, which = unread[name]
+            raise UsageError(f"override {item!r}: {decider}={_value(cfg, decider)} does not "
+                             f"read {name} (it is read {which}); drop the override, or "
+                             f"change {decider}")
+    for name in _in_file(path):
+        if name not in unread or name in typed or _value(cfg, name) == _default(cfg, name):
+            continue
+        decider, which = unread[name]
+        why = (f"{name}={_value(cfg, name)}, which {decider}={_value(cfg, decider)} does not "
+               f"read (it is read {which})")
+        if decider not in typed:
+            raise UsageError(f"config file {path} sets {why}; remove it from the file, or "
+                             f"change {decider}")
+        unused.setdefault(decider, []).append(f"{name}={_value(cfg, name)}")
+    return [f"the override {typed[d]!r} leaves unread what config file {path} sets: "
+            f"{', '.join(keys)}" for d, keys in unused.items()]
+
+
+_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def load(path, overrides: Sequence[str]):
+    """:func:`yasgd.config.load`, then :func:`check_read`; its warnings go to stderr, from
+    the first rank only where a launcher started several."""
+    import os
+    import sys
+    from yasgd import config
+    cfg = config.load(path, list(overrides))
+    warnings = check_read(cfg, overrides, path)
+    rank = next((os.environ[v] for v in _RANK_VARS if os.environ.get(v, "").isdigit()), "0")
+    for line in warnings if int(rank) == 0 else ():
+        sys.stderr.write(f"yasgd: warning: {line}\n")
+    return cfg

@@ -194,7 +194,7 @@ def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, conf
     plain_value("the repository path", REPO)
     if walltime is not None:
         plain_value("--walltime", walltime)
-    cfg = config_mod.load(config, list(overrides))
+    cfg = config_text.load(config, overrides)
     ranks = nodes * gpn
     per_rank = config_mod.per_rank_batch(cfg, ranks)
     config_device.check(cfg, "gpu", ranks)   # the job's ranks: one a GPU each

@@ -46,7 +46,7 @@ def test_the_closed_form_is_mxnets(name, width, stem_stride, image, in_channels)
 
 
 _STEP = textwrap.dedent("""
-    import resource, sys
+    import sys
     import mxnet as mx
     from mxnet import autograd
     from yasgd import model
@@ -57,16 +57,17 @@ _STEP = textwrap.dedent("""
         net.hybridize(static_alloc=True, static_shape=True)
     loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
     x, y = mx.nd.random.uniform(shape=(batch, 3, image, image)), mx.nd.zeros((batch,))
+    def peak():     # this process's peak resident memory (getrusage's would count the
+        with open("/proc/self/status") as f:     # parent's at the fork)
+            return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM:"))
     for n in (2, batch):      # a step on 2 images first: the kernels and the graph, warm
         with autograd.record():
             out = loss(net(x[:n]), y[:n])
         out.backward()
         mx.nd.waitall()
         if n == 2:
-            with open("/proc/self/statm") as f:
-                before = int(f.read().split()[1]) * resource.getpagesize()
-            before = max(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
+            before = peak()
+    print(peak() - before)
 """)
 
 
@@ -165,7 +166,7 @@ def test_check_config_train_and_launch_refuse_in_one_line_before_any_work(tmp_pa
     assert err.startswith(f"yasgd: error: config key data.image_size={at2}: a training step "
                           f"on a rank's micro-batch of 512 images of {at2} x {at2} px"), err
     assert "; 2 ranks on this host: " in err
-    rc, out, err = _cli("launch", "-np", "2", "--", "yasgd", "train", DEMO, *over)
+    rc, out, err = _cli("launch", "-np", "2", "--", YASGD, "train", DEMO, *over)
     assert (rc, out) == (2, "") and err.count("\n") == 1, err
     assert "a training step on a rank's micro-batch of 512 images" in err
     at1 = _over(1)                    # one rank, as yasgd train alone runs: 1,024 images

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from yasgd import UsageError, config as config_mod
+from yasgd import UsageError, config as config_mod, config_text
 from yasgd.bench import runcache, study, study_plan as plan
 
 
@@ -205,6 +205,7 @@ def test_every_run_config_loads_and_holds_its_arm(scale):
     arms = plan.headline_arms(scale) + plan.ablation_arms(scale)
     for a, r in _runs(arms, scale):
         cfg = config_mod.load(None, r.overrides)
+        config_text.check_read(cfg, r.overrides)     # every key it sets is one it reads
         assert cfg.train.global_batch == a.batch
         assert cfg.train.batch_per_rank * cfg.train.accumulate == a.batch
         assert cfg.optim.lr == pytest.approx(a.lr(r.factor))
@@ -228,8 +229,11 @@ def test_each_ablation_arm_changes_exactly_its_technique():
     recipe = _config(arms["lars-8k"], plan.FULL)
     paper = _config(arms["paper-settings"], plan.FULL)
 
-    def diff(cfg, ref):
-        return {f"{s}.{k}" for s in cfg for k in cfg[s] if cfg[s][k] != ref[s][k]} - {"optim.lr"}
+    def diff(cfg, ref):     # in the keys the arm reads (SGD: none of LARS's own)
+        unread = {k for k, (d, reads, _) in config_text.READ_ONLY_WITH.items()
+                  if not reads(cfg[d.split(".")[0]][d.split(".")[1]])}
+        return {f"{s}.{k}" for s in cfg for k in cfg[s]
+                if cfg[s][k] != ref[s][k]} - {"optim.lr"} - unread
 
     techniques = {"no-lars": {"optim.name"}, "no-warmup": {"schedule.warmup_epochs"},
                   "no-label-smoothing": {"train.label_smoothing"},
@@ -284,6 +288,10 @@ def test_each_ablation_arm_changes_exactly_its_technique():
     for name, keys in tuning.items():
         assert diff(_config(arms[name], plan.FULL), paper) == keys, name
         assert arms[name].factors == plan.PAPER_LARS_CS, name
+    # SGD's config holds none of LARS's keys: their defaults, and a constant WD (what MXNet's
+    # SGD does whatever the WD schedule says)
+    sgd = _config(arms["no-lars"], plan.FULL)
+    assert (sgd["optim"]["eta"], sgd["schedule"]["wd_schedule"]) == (0.001, "constant")
     assert _config(arms["augment-polish"], plan.FULL)["data"]["polish_epochs"] == 2
     assert _config(arms["augment-polish-8"], plan.FULL)["data"]["polish_epochs"] == 8
     tail = _config(arms["paper-tail"], plan.FULL)["schedule"]

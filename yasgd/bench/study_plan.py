@@ -130,7 +130,8 @@ def headline_arms(scale: Scale) -> List[Arm]:
 # One arm per technique at 8K: removed where the recipe uses it, added where it leaves it out.
 # (name, label, optimizer, overrides on top of the recipe, "removed" | "added")
 TECHNIQUES: Tuple[Tuple[str, str, str, Tuple[str, ...], str], ...] = (
-    ("no-lars", "SGD momentum instead of LARS", "sgd", ("optim.name=sgd",), "removed"),
+    ("no-lars", "SGD momentum instead of LARS (and its WD constant: SGD takes no WD "
+                "schedule)", "sgd", ("optim.name=sgd",), "removed"),
     ("no-warmup", "no warm-up", "lars", ("schedule.warmup_epochs=0",), "removed"),
     ("no-label-smoothing", "no label smoothing", "lars", ("train.label_smoothing=0.0",),
      "removed"),
@@ -272,9 +273,19 @@ def ablation_arms(scale: Scale) -> List[Arm]:
                                    precise=max(1, PRECISE_BN_IMAGES // min(b, MICRO)))
                           for x in extra)
             arms.append(Arm(name, label, b, opt, SGD_BASES if opt == "sgd" else cs,
-                            base + extra, scale.seeds, kind,
+                            _read_by(opt, base) + extra, scale.seeds, kind,
                             fresh if family is TECHNIQUES else 0))
     return arms
+
+
+def _read_by(opt: str, base: Tuple[str, ...]) -> Tuple[str, ...]:
+    """``base`` without the keys optimizer ``opt`` does not read (for SGD: LARS's eta,
+    epsilon, ... and the WD schedule, which MXNet's SGD does not take), so that an arm's
+    config holds only what it runs (``yasgd.config_text.READ_ONLY_WITH``)."""
+    from yasgd.config_text import READ_ONLY_WITH
+    lars_only = {k for k, (decider, _, _) in READ_ONLY_WITH.items() if decider == "optim.name"}
+    return base if opt == "lars" else tuple(o for o in base
+                                            if o.split("=", 1)[0] not in lars_only)
 
 
 def overrides(scale: Scale, run: Run, run_dir: str) -> List[str]:
