@@ -60,13 +60,17 @@ _AUGMENTED = (*_FILES[:2], "with data.kind=fashion_mnist or recordio only: synth
 
 #: the keys that only some configs read: key -> (the key that decides it, whether its value
 #: reads the key, which values do, as the error says it); what reads them: yasgd.optim's
-#: from_config, yasgd.model.build and the loaders of yasgd.data
+#: from_config, yasgd.model.build (its BN momentum: yasgd.train.build) and the loaders of
+#: yasgd.data
 READ_ONLY_WITH: Dict[str, Tuple[str, Callable[[object], bool], str]] = {
     **dict.fromkeys(("optim.eta", "optim.epsilon", "optim.momentum_correction",
                      "optim.wd_in_denominator", "optim.fused"), _LARS),
     "schedule.wd_schedule": (*_LARS[:2], "with optim.name=lars only: MXNet's SGD and NAG "
                                          "keep optim.wd constant"),
     **dict.fromkeys(("model.width", "model.stem_stride"), _SMALL),
+    "model.bn_momentum": ("model.bn_momentum_rule", lambda v: v == "fixed",
+                          "with model.bn_momentum_rule=fixed only: the iteration rule sets "
+                          "the momentum from the BN updates per epoch"),
     "data.pad_crop": _FMNIST,
     **dict.fromkeys(("data.val_resize", "data.min_area", "data.polish_min_area",
                      "data.threads"), _RECORDIO),
