@@ -56,8 +56,7 @@ class _Parser(usage.Parser):
 
 
 def _path(text: str) -> str:
-    """A file or folder argument: any path but the empty one, which some calls would read as
-    the current folder and others as no path at all."""
+    """A file or folder argument: any path but the empty one (read as "here" or as none)."""
     if not text:
         raise argparse.ArgumentTypeError("must be a path, got ''")
     return text
@@ -206,13 +205,13 @@ def _run(args: argparse.Namespace) -> int:
         config_text.check_no_yaml_alias(args.config)
         config_text.check_overrides(getattr(args, "overrides", None) or ())
     if args.command == "train":
-        from yasgd import faults
-        from yasgd.data import fit
+        import yasgd.data.fit as fit, yasgd.faults as faults
         faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback
         cfg = config_text.load(args.config, args.overrides)
         config_device.check_training(cfg)               # the rules on the ranks' device
         _check_run_dir(cfg, and_resume=False)           # before Horovod; whole
         fit.check(cfg)
+        config_text.flush()                             # every check passed: its warnings
         from yasgd.train import run_from_config
         try:
             result = run_from_config(cfg)
@@ -228,8 +227,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.run_dir:
             _check_run_dir(cfg)
         if args.data:
-            from yasgd import data
-            from yasgd.data import fit
+            import yasgd.data as data, yasgd.data.fit as fit
             data.check_data(cfg)
             fit.check(cfg)
         import yaml
@@ -377,7 +375,9 @@ def _main(argv: List[str]) -> int:
         from yasgd.supervise import stop_by_unwinding
         stop_by_unwinding()
     try:
-        return _run(args)
+        status = _run(args)
+        config_text.flush()             # after the checks of a command that passed them
+        return status
     except UsageError as e:
         return usage.error("", e)        # one line, whatever the message holds (a path's newline)
     except KeyboardInterrupt:

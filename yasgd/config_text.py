@@ -142,15 +142,26 @@ def check_read(cfg, overrides: Sequence[str], path=None) -> List[str]:
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 
 
+#: the warnings of the configs :func:`load` loaded, until :func:`flush` says them
+_pending: List[str] = []
+
+
 def load(path, overrides: Sequence[str]):
-    """:func:`yasgd.config.load`, then :func:`check_read`; its warnings go to stderr, from
-    the first rank only where a launcher started several."""
-    import os
-    import sys
+    """:func:`yasgd.config.load`, then :func:`check_read`, whose warnings wait for
+    :func:`flush`: a command says them once every check has passed, so that a config it
+    refuses gets its one error line and nothing else."""
     from yasgd import config
     cfg = config.load(path, list(overrides))
-    warnings = check_read(cfg, overrides, path)
-    rank = next((os.environ[v] for v in _RANK_VARS if os.environ.get(v, "").isdigit()), "0")
-    for line in warnings if int(rank) == 0 else ():
-        sys.stderr.write(f"yasgd: warning: {line}\n")
+    _pending.extend(check_read(cfg, overrides, path))
     return cfg
+
+
+def flush() -> None:
+    """Write the pending warnings to stderr (from the first rank only, where a launcher
+    started several), and forget them."""
+    import os
+    import sys
+    rank = next((os.environ[v] for v in _RANK_VARS if os.environ.get(v, "").isdigit()), "0")
+    for line in _pending if int(rank) == 0 else ():
+        sys.stderr.write(f"yasgd: warning: {line}\n")
+    _pending.clear()
