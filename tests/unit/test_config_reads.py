@@ -236,3 +236,10 @@ def test_a_preset_switched_by_an_override_warns_once(tmp_path):
                         "--device", "gpu", env=env)
     assert (rc, err) == (0, "")
     assert _cli("check-config", DEMO)[2] == ""     # the presets as they are: nothing to say
+    # a config refused by a later check: its one error line, not the warning too
+    over = ["data.kind=synthetic", "data.image_size=725", f"run.dir={tmp_path}/runs"]
+    for head in (["check-config", DEMO], ["train", DEMO]):
+        rc, out, err = _cli(*head, *over)
+        assert rc == 2 and err.count("\n") == 1, err
+        assert err.startswith("yasgd: error: config key data.image_size=725: "), err
+    assert os.listdir(tmp_path) == []
