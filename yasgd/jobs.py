@@ -148,8 +148,10 @@ def default_walltime(cfg, gpus: int) -> int:
     halved) plus 10 min of start-up and evaluation, rounded up to 5 minutes,
     at least 15 minutes. The paper's run (90 epochs, 2,048 GPUs): 0:15:00."""
     t = cfg.train
-    samples = cfg.data.limit or (cfg.data.synthetic_samples if cfg.data.kind == "synthetic"
-                                 else EPOCH_SAMPLES.get(cfg.data.kind, 1281167))
+    # an epoch as the loader makes it: synthetic data has its own size and reads no
+    # data.limit (yasgd.config_text.READ_ONLY_WITH)
+    samples = (cfg.data.synthetic_samples if cfg.data.kind == "synthetic" else
+               cfg.data.limit or EPOCH_SAMPLES.get(cfg.data.kind, 1281167))
     steps = t.epochs * max(1, samples // t.global_batch)
     if t.max_steps:
         steps = min(steps, t.max_steps)

@@ -243,3 +243,19 @@ def test_a_preset_switched_by_an_override_warns_once(tmp_path):
         assert rc == 2 and err.count("\n") == 1, err
         assert err.startswith("yasgd: error: config key data.image_size=725: "), err
     assert os.listdir(tmp_path) == []
+
+
+def test_a_jobs_default_walltime_counts_the_epoch_the_loader_makes():
+    # synthetic data reads no data.limit: its epoch is data.synthetic_samples (a file key left
+    # unread by an override that switched the data must not shorten the job's walltime)
+    from yasgd import jobs
+    cfg = config.load(None, ["data.kind=synthetic", "data.synthetic_samples=4096000",
+                             "data.limit=1000", "data.eval_limit=0", "train.global_batch=4096",
+                             "train.epochs=90", "schedule.warmup_epochs=1"])
+    steps = 90 * 4096000 // 4096
+    seconds = 2 * steps * 4096 / (jobs.WALLTIME_IMG_PER_GPU_S * 8) + jobs.WALLTIME_STARTUP_S
+    assert jobs.default_walltime(cfg, 8) == max(jobs.WALLTIME_FLOOR_S,
+                                                -(-int(seconds) // 300) * 300) == 231000
+    fmnist = config.load(None, ["data.limit=1000", "train.global_batch=100", "train.epochs=2",
+                                "schedule.warmup_epochs=1"])     # Fashion-MNIST reads it
+    assert jobs.default_walltime(fmnist, 8) == jobs.WALLTIME_FLOOR_S
