@@ -103,12 +103,8 @@ def check_tensors(cfg, world_size: int = 1) -> None:
         value = getattr(m, key.split(".")[1])
         raise UsageError(f"config key {key}={value}: {what} would have {size:,} elements; "
                          f"{NO_LARGE_TENSORS}")
-    if cfg.data.kind == "fashion_mnist":
-        return
-    from yasgd import config
-    try:
-        batch = config.per_rank_batch(cfg, world_size)
-    except UsageError:      # each command splits the batch itself, at its real world size
+    batch = _micro_batch(cfg, world_size)
+    if cfg.data.kind == "fashion_mnist" or batch is None:
         return
     one, what = largest_activation(m.name, m.width, m.stem_stride, cfg.data.image_size, 3,
                                    m.classes)
@@ -134,27 +130,36 @@ def check(cfg, device: str, world_size: int = 1, ranks_here: Optional[int] = Non
         _check_host_memory(cfg, world_size, ranks_here)
 
 
-def _check_host_memory(cfg, world_size: int, ranks_here: int) -> None:
-    from yasgd import config, hostmem
+def _micro_batch(cfg, world_size: int) -> Optional[int]:
+    """A rank's micro-batch at ``world_size`` ranks, or None where the global batch cannot
+    be split that way (each command refuses that itself, at its real world size)."""
+    from yasgd import config
     try:
-        batch = config.per_rank_batch(cfg, world_size)
-    except UsageError:      # each command splits the batch itself, at its real world size
-        return
-    hostmem.check(cfg, batch, ranks_here)
+        return config.per_rank_batch(cfg, world_size)
+    except UsageError:
+        return None
+
+
+def _check_host_memory(cfg, world_size: int, ranks_here: int) -> None:
+    from yasgd import hostmem
+    batch = _micro_batch(cfg, world_size)
+    if batch is not None:
+        hostmem.check(cfg, batch, ranks_here)
 
 
 def check_training(cfg) -> None:
     """:func:`check` on the device ``yasgd train``'s ranks will use (MXNet's GPUs, as
     :meth:`yasgd.dist.World.context` chooses), at the world size the launcher announced,
     with the host-memory rule for the ranks it announced on this host where they compute on
-    the CPU (no GPU listed). MXNet is imported only where a rule asks for the device (float16), so a config refused
-    for another reason never loads it."""
+    the CPU (no GPU listed). MXNet is imported only where a rule asks for the device
+    (float16), so a config refused for another reason never loads it."""
     from yasgd import hostmem
     from yasgd.dist import env_world_size
+    world_size, ranks_here = env_world_size(), hostmem.ranks_on_host()
     if cfg.model.dtype != "float16":
-        check_tensors(cfg, env_world_size())   # the device's rules run in training
+        check_tensors(cfg, world_size)   # the device's rules run in training
         if host_device() == "cpu":
-            _check_host_memory(cfg, env_world_size(), hostmem.ranks_on_host())
+            _check_host_memory(cfg, world_size, ranks_here)
         return
     from yasgd.dist import World
-    check(cfg, World().context().device_type, env_world_size(), hostmem.ranks_on_host())
+    check(cfg, World().context().device_type, world_size, ranks_here)
