@@ -65,29 +65,17 @@ def largest_activation(name: str, width: int, stem_stride: int, image: int, in_c
                        classes: int) -> Tuple[int, str]:
     """(elements, what it is) of the largest tensor one image of ``image`` x ``image`` px
     makes in :func:`yasgd.model.build`'s network: its input, the stem's output, a stage's
-    output or the logits. A padded convolution or pool of stride t makes a side s
-    (s - 1) // t + 1. The ImageNet ResNets' stem is a 7x7 convolution of stride 2 to 64
-    channels and a 3x3 max-pool of stride 2; the small ResNets' a 3x3 convolution of stride
-    ``model.stem_stride`` to ``width`` channels. Each stage after the first has stride 2. A
-    bottleneck's inner tensors (a quarter of its channels, at most at the last stage's side)
-    and a block's shortcut are never larger than the stage outputs around them."""
-    depth = model_depth(name)
+    output or the logits, on the convolutions :func:`yasgd.hostmem.conv_outputs` walks. A
+    bottleneck's inner tensors (a quarter of its channels, at most at the last stage's
+    side) and a block's shortcut are never larger than the stage outputs around them."""
+    from yasgd.hostmem import conv_outputs
+    last = {stage: (c, s) for c, s, stage in conv_outputs(name, width, stem_stride, image,
+                                                          in_channels)}
     found = [(in_channels * image * image, f"the input ({in_channels} x {image} x {image})"),
              (classes, f"the logits ({classes})")]
-    if depth in BOTTLENECK_DEPTHS or depth in BASIC_DEPTHS:
-        side = (image - 1) // 2 + 1
-        found.append((64 * side * side, f"the stem's output (64 x {side} x {side})"))
-        side = (side - 1) // 2 + 1
-        stages = (256, 512, 1024, 2048) if depth in BOTTLENECK_DEPTHS else (64, 128, 256, 512)
-    else:
-        side = (image - 1) // stem_stride + 1
-        found.append((width * side * side, f"the stem's output ({width} x {side} x {side})"))
-        stages = (width, 2 * width, 4 * width)
-    for i, channels in enumerate(stages):
-        if i:
-            side = (side - 1) // 2 + 1
-        found.append((channels * side * side,
-                      f"stage {i + 1}'s output ({channels} x {side} x {side})"))
+    for stage, (c, s) in last.items():
+        what = "the stem's output" if stage == 0 else f"stage {stage}'s output"
+        found.append((c * s * s, f"{what} ({c} x {s} x {s})"))
     return max(found, key=lambda f: f[0])
 
 
@@ -122,6 +110,9 @@ def check(cfg, device: str, world_size: int = 1, ranks_here: Optional[int] = Non
     ``ranks_here``, also where that many CPU ranks would not fit this host's memory
     (:mod:`yasgd.hostmem`)."""
     from yasgd import config
+    if ranks_here and ranks_here > world_size:
+        raise UsageError(f"--ranks-on-host {ranks_here} is more than the job's ranks "
+                         f"(--world-size {world_size}): a host runs at most all of them")
     config.check_device(cfg, device)
     if device == "cpu" and cfg.model.dtype == "float16":
         raise UsageError(FLOAT16_NEEDS_GPU)

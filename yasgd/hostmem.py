@@ -37,32 +37,37 @@ def _side(side: int, stride: int) -> int:
 
 
 def conv_outputs(name: str, width: int, stem_stride: int, image: int,
-                 in_channels: int) -> Iterator[Tuple[int, int]]:
-    """(channels, side) of every convolution's output for one ``image`` x ``image`` image,
-    in :func:`yasgd.model.build`'s order: the stem; per block its body's convolutions, then
-    the shortcut's 1x1 where the block changes the stride or the channels."""
+                 in_channels: int) -> Iterator[Tuple[int, int, int]]:
+    """(channels, side, stage) of every convolution's output for one ``image`` x ``image``
+    image, in :func:`yasgd.model.build`'s order: the stem (stage 0); per block of stage
+    1, 2, ... its body's convolutions, then the shortcut's 1x1 where the block changes the
+    stride or the channels. A stage's last one has the stage output's shape. The ImageNet
+    ResNets' stem is a 7x7 convolution of stride 2 to 64 channels and a 3x3 max-pool of
+    stride 2; the small ResNets' a 3x3 convolution of stride ``model.stem_stride`` to
+    ``width`` channels. Each stage after the first has stride 2."""
     depth = model_depth(name)
     if depth in BOTTLENECK_DEPTHS or depth in BASIC_DEPTHS:
         side = _side(image, 2)
-        yield 64, side
+        yield 64, side, 0
         side, channels = _side(side, 2), 64                      # the 3x3 max-pool
         widths = (256, 512, 1024, 2048) if depth in BOTTLENECK_DEPTHS else (64, 128, 256, 512)
         layers = _STAGES[depth]
     else:
         side, channels = _side(image, stem_stride), width
-        yield width, side
+        yield width, side, 0
         n = (depth - 2) // 6
         widths, layers = (width, 2 * width, 4 * width), (n, n, n)
-    for stage, (n, out) in enumerate(zip(layers, widths)):
+    for stage, (n, out) in enumerate(zip(layers, widths), 1):
         for i in range(n):
-            stride = 2 if (i == 0 and stage > 0) else 1
+            stride = 2 if (i == 0 and stage > 1) else 1
             after = _side(side, stride)
             if depth in BOTTLENECK_DEPTHS:       # 1x1, 3x3 (the stride: v1.5), 1x1
-                yield from ((out // 4, side), (out // 4, after), (out, after))
+                yield from ((out // 4, side, stage), (out // 4, after, stage),
+                            (out, after, stage))
             else:                                # 3x3 (the stride), 3x3
-                yield from ((out, after), (out, after))
+                yield from ((out, after, stage), (out, after, stage))
             if stride != 1 or channels != out:
-                yield out, after
+                yield out, after, stage
             side, channels = after, out
 
 
@@ -70,7 +75,7 @@ def held_for_backward(name: str, width: int, stem_stride: int, image: int,
                       in_channels: int) -> int:
     """Elements one image keeps alive from the forward pass to the backward pass: its input
     and every convolution's output."""
-    return in_channels * image * image + sum(c * s * s for c, s in conv_outputs(
+    return in_channels * image * image + sum(c * s * s for c, s, _ in conv_outputs(
         name, width, stem_stride, image, in_channels))
 
 
