@@ -60,8 +60,8 @@ _AUGMENTED = (*_FILES[:2], "with data.kind=fashion_mnist or recordio only: synth
 
 #: the keys that only some configs read: key -> (the key that decides it, whether its value
 #: reads the key, which values do, as the error says it); what reads them: yasgd.optim's
-#: from_config, yasgd.model.build (its BN momentum: yasgd.train.build) and the loaders of
-#: yasgd.data
+#: from_config, yasgd.model.build (its BN momentum: yasgd.train.build), the loaders of
+#: yasgd.data and the header of yasgd.mlperf's log
 READ_ONLY_WITH: Dict[str, Tuple[str, Callable[[object], bool], str]] = {
     **dict.fromkeys(("optim.eta", "optim.epsilon", "optim.momentum_correction",
                      "optim.wd_in_denominator", "optim.fused"), _LARS),
@@ -78,6 +78,9 @@ READ_ONLY_WITH: Dict[str, Tuple[str, Callable[[object], bool], str]] = {
                                "with data.kind=synthetic only"),
     **dict.fromkeys(("data.root", "data.limit"), _FILES),
     **dict.fromkeys(("data.flip", "data.polish_epochs"), _AUGMENTED),
+    **dict.fromkeys(("mlperf.division", "mlperf.org", "mlperf.platform", "mlperf.status"),
+                    ("mlperf.enabled", lambda v: v is True,
+                     "with mlperf.enabled=true only: they are fields of mlperf.log's header")),
 }
 
 
@@ -104,6 +107,12 @@ def _value(cfg, name: str):
     return getattr(getattr(cfg, section), key)
 
 
+def _shown(cfg, name: str) -> str:
+    """A key's value as a config writes it (``true``, not Python's ``True``)."""
+    value = _value(cfg, name)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _default(cfg, name: str):
     section, key = name.split(".")
     return getattr(type(getattr(cfg, section))(), key)
@@ -122,19 +131,19 @@ def check_read(cfg, overrides: Sequence[str], path=None) -> List[str]:
     for name, item in typed.items():
         if name in unread and _value(cfg, name) != _default(cfg, name):
             decider, which = unread[name]
-            raise UsageError(f"override {item!r}: {decider}={_value(cfg, decider)} does not "
+            raise UsageError(f"override {item!r}: {decider}={_shown(cfg, decider)} does not "
                              f"read {name} (it is read {which}); drop the override, or "
                              f"change {decider}")
     for name in _in_file(path):
         if name not in unread or name in typed or _value(cfg, name) == _default(cfg, name):
             continue
         decider, which = unread[name]
-        why = (f"{name}={_value(cfg, name)}, which {decider}={_value(cfg, decider)} does not "
+        why = (f"{name}={_shown(cfg, name)}, which {decider}={_shown(cfg, decider)} does not "
                f"read (it is read {which})")
         if decider not in typed:
             raise UsageError(f"config file {path} sets {why}; remove it from the file, or "
                              f"change {decider}")
-        unused.setdefault(decider, []).append(f"{name}={_value(cfg, name)}")
+        unused.setdefault(decider, []).append(f"{name}={_shown(cfg, name)}")
     return [f"the override {typed[d]!r} leaves unread what config file {path} sets: "
             f"{', '.join(keys)}" for d, keys in unused.items()]
 

@@ -31,7 +31,8 @@ OTHER = {"optim.eta": 0.5, "optim.epsilon": 0.1, "optim.momentum_correction": Tr
          "data.pad_crop": 5, "data.val_resize": 300, "data.min_area": 0.5,
          "data.polish_min_area": 0.5, "data.threads": 1, "data.synthetic_samples": 999,
          "data.root": "/nonexistent", "data.limit": 100, "data.flip": False,
-         "data.polish_epochs": 3, "model.bn_momentum": 0.5}
+         "data.polish_epochs": 3, "model.bn_momentum": 0.5, "mlperf.division": "closed",
+         "mlperf.org": "another org", "mlperf.platform": "a-platform", "mlperf.status": "onprem"}
 
 
 def _with(cfg, name, value):
@@ -117,6 +118,26 @@ def _bn_layers(block):
         yield from _bn_layers(child)
 
 
+def test_a_run_without_its_mlperf_log_does_not_read_the_logs_fields(tmp_path):
+    from yasgd import dist, mlperf, train
+    keys = [k for k, (d, _, _) in config_text.READ_ONLY_WITH.items() if d == "mlperf.enabled"]
+    assert len(keys) == 4
+
+    def header(*over):      # what the run's mlperf.log holds once its header is written
+        cfg = config.load(TINY, [f"run.dir={tmp_path / str(len(os.listdir(tmp_path)))}",
+                                 *over, *(f"{k}={OTHER[k]}" for k in keys)])
+        s = train.build(cfg, dist.world())
+        log = mlperf.MLPerfLog.for_run(s, lambda epoch: False)
+        path = os.path.join(s.run_dir, "mlperf.log")
+        if log.ml is not None:
+            log._handler.flush()
+        return open(path).read() if os.path.exists(path) else None
+    on = header()          # the fields are the header's, as set
+    for k in keys:
+        assert f'"value": "{OTHER[k]}"' in on, k
+    assert header("mlperf.enabled=false") is None      # no log: nothing reads them
+
+
 @pytest.fixture(scope="module")
 def recordio_root(tmp_path_factory):
     base = tmp_path_factory.mktemp("reads")
@@ -186,6 +207,14 @@ def test_the_rule_on_overrides_and_files(tmp_path):
     # the default value is no request: accepted (so is a key its config reads)
     assert config_text.check_read(cfg, ["optim.name=sgd", "optim.eta=0.001"]) == []
     assert config_text.check_read(config.load(TINY, ["optim.eta=0.5"]), ["optim.eta=0.5"]) == []
+    # a flag's value as a config writes it (false, not Python's False)
+    with pytest.raises(UsageError, match="^override 'mlperf.org=x': mlperf.enabled=false does "
+                                         "not read mlperf.org \\(it is read with "
+                                         "mlperf.enabled=true only: they are fields of "
+                                         "mlperf.log's header\\); drop the override, or "
+                                         "change mlperf.enabled$"):
+        config_text.check_read(config.load(TINY, ["mlperf.enabled=false", "mlperf.org=x"]),
+                               ["mlperf.enabled=false", "mlperf.org=x"])
     own = tmp_path / "sgd.yaml"
     own.write_text("optim: {name: sgd}\nschedule: {wd_schedule: follow_lr}\n")
     with pytest.raises(UsageError, match=f"^config file {own} sets schedule.wd_schedule="

@@ -177,3 +177,11 @@ def test_check_config_train_and_launch_refuse_in_one_line_before_any_work(tmp_pa
     rc, out, err = _cli("train", DEMO, *over, env=env)     # as a rank under mpirun
     assert rc == 2 and "; 2 ranks on this host: " in err, err
     assert os.listdir(tmp_path) == []
+
+
+def test_more_ranks_on_the_host_than_in_the_job_is_one_line():
+    rc, out, err = _cli("check-config", DEMO, "--world-size", "2", "--ranks-on-host", "3")
+    assert (rc, out) == (2, "") and err == (
+        "yasgd: error: --ranks-on-host 3 is more than the job's ranks (--world-size 2): a "
+        "host runs at most all of them\n")
+    assert _cli("check-config", DEMO, "--world-size", "2", "--ranks-on-host", "2")[0] == 0
