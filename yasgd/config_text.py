@@ -1,11 +1,12 @@
 """Checks of a config's text (the loader: yasgd.config), made by every command that reads a
 config (``train``, ``check-config``, ``jobs``; ``yasgd launch`` through check-config): the
-file's and the overrides' before it is loaded, and after (:func:`load`) that the config
-reads every key they set: a key that only another optimizer, model or data kind reads
-would otherwise be accepted and do nothing."""
+file's and the overrides' before it is loaded, and after (:func:`load`) that YAML read each
+plain value as typed, and that the config reads every key they set: a key that only another
+optimizer, model or data kind reads would otherwise be accepted and do nothing."""
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Sequence, Tuple
+import re
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 from yasgd import UsageError
 from yasgd.config_checks import BASIC_DEPTHS, BOTTLENECK_DEPTHS, model_depth
@@ -40,6 +41,68 @@ def check_no_yaml_alias(path: str) -> None:
         raise UsageError(f"config file {path} uses a YAML alias (*{alias.value}, line "
                          f"{alias.start_mark.line + 1}): a config holds plain values, each "
                          f"written out where it is used")
+
+
+# -- plain values YAML reads as another value than the one typed ------------------------
+_INT, _FLOAT, _TIME = ("tag:yaml.org,2002:" + t for t in ("int", "float", "timestamp"))
+_LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
+
+
+def _plain_values(path, overrides: Sequence[str]) -> Iterator[Tuple[str, str, str, str]]:
+    """(section.key, the text typed, its YAML tag, where it was typed) of every plain (not
+    quoted) scalar the config file's sections and the overrides give a key (the last
+    override of a key: the one the loader keeps)."""
+    import yaml
+    if path:
+        with open(path, "rb") as f:
+            root = yaml.compose(f, Loader=yaml.SafeLoader)
+        for section, keys in (root.value if isinstance(root, yaml.MappingNode) else ()):
+            for key, node in (keys.value if isinstance(keys, yaml.MappingNode) else ()):
+                if isinstance(node, yaml.ScalarNode) and node.style is None:
+                    name = f"{section.value}.{key.value}"
+                    yield (name, node.value, node.tag, f"config key {name}={node.value} in "
+                           f"{path} (line {node.start_mark.line + 1})")
+    for name, item in _typed(overrides).items():
+        try:
+            node = yaml.compose(item.split("=", 1)[1])
+        except yaml.YAMLError:
+            continue
+        if isinstance(node, yaml.ScalarNode) and node.style is None:
+            yield name, node.value, node.tag, f"override {item!r}"
+
+
+def check_plain_values(cfg, path, overrides: Sequence[str]) -> None:
+    """UsageError where YAML (1.1, as PyYAML reads it) gives a plain value another meaning
+    than its text: a free-text key (``run.name``, ``data.root``, ``mlperf.org``, ...) given
+    a plain number or date, kept as the text of what YAML read (``010`` would be the name
+    ``8``, ``1.50`` the name ``1.5``); a number with a leading zero, octal to YAML 1.1
+    (``010`` is 8) and decimal to YAML 1.2 and to a reader; a number with ``:``, base 60
+    to YAML 1.1 (``1:30`` is 90). Other spellings of a number (``1_000``, ``0x10``,
+    ``+5``, ``1.50``) are the number they say. ``cfg`` is what the loader made of them."""
+    import yaml
+    from yasgd.config import schema
+    from yasgd.config_checks import Line, Name
+    checks = schema()
+    for name, text, tag, where in _plain_values(path, overrides):
+        section, _, key = name.partition(".")
+        if tag not in (_INT, _FLOAT, _TIME) or key not in checks.get(section, {}):
+            continue
+        read = yaml.safe_load(text)
+        if isinstance(checks[section][key], (Line, Name)):      # free text: a name, a path
+            if str(read) != text:
+                what = "date" if tag == _TIME else "number"
+                raise UsageError(f"{where}: YAML reads the plain {text} as the {what} {read}, "
+                                 f"so {name} would be {str(read)!r}; quote it to mean the "
+                                 f"text ({name}: '{text}' in a file, {name}=\"'{text}'\" in "
+                                 f"a shell)")
+        elif ":" in text and tag in (_INT, _FLOAT):
+            raise UsageError(f"{where}: YAML 1.1 reads {text} as the base-60 number {read}; "
+                             f"write the number as meant")
+        elif tag == _INT and _LEADING_ZERO.fullmatch(text) \
+                and int(text.replace("_", ""), 10) != read:
+            raise UsageError(f"{where}: YAML 1.1 reads {text} as the octal number {read}, "
+                             f"not {int(text.replace('_', ''), 10)}; write the number as "
+                             f"meant, without the leading zero")
 
 
 # -- keys the config does not read ------------------------------------------------------
@@ -161,6 +224,7 @@ def load(path, overrides: Sequence[str]):
     refuses gets its one error line and nothing else."""
     from yasgd import config
     cfg = config.load(path, list(overrides))
+    check_plain_values(cfg, path, overrides)
     _pending.extend(check_read(cfg, overrides, path))
     return cfg
 
