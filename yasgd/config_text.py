@@ -48,37 +48,49 @@ _INT, _FLOAT, _TIME = ("tag:yaml.org,2002:" + t for t in ("int", "float", "times
 _LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
 
 
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text):,} characters)"
+
+
 def _plain_values(path, overrides: Sequence[str]) -> Iterator[Tuple[str, str, str, str]]:
     """(section.key, the text typed, its YAML tag, where it was typed) of every plain (not
     quoted) scalar the config file's sections and the overrides give a key (the last
     override of a key: the one the loader keeps)."""
     import yaml
+    root = None
     if path:
-        with open(path, "rb") as f:
-            root = yaml.compose(f, Loader=yaml.SafeLoader)
+        from yasgd.argtypes import check_config_file
+        check_config_file(path)              # a FIFO or a huge file: refused before a read
+        try:
+            with open(path, "rb") as f:
+                root = yaml.compose(f, Loader=yaml.SafeLoader)
+        except (OSError, yaml.YAMLError):    # the loader names what is wrong with the file
+            pass
         for section, keys in (root.value if isinstance(root, yaml.MappingNode) else ()):
             for key, node in (keys.value if isinstance(keys, yaml.MappingNode) else ()):
                 if isinstance(node, yaml.ScalarNode) and node.style is None:
                     name = f"{section.value}.{key.value}"
-                    yield (name, node.value, node.tag, f"config key {name}={node.value} in "
-                           f"{path} (line {node.start_mark.line + 1})")
+                    yield (name, node.value, node.tag, f"config key {name}="
+                           f"{_short(node.value)} in {path} (line {node.start_mark.line + 1})")
     for name, item in _typed(overrides).items():
         try:
             node = yaml.compose(item.split("=", 1)[1])
         except yaml.YAMLError:
             continue
         if isinstance(node, yaml.ScalarNode) and node.style is None:
-            yield name, node.value, node.tag, f"override {item!r}"
+            yield name, node.value, node.tag, f"override {_short(repr(item))}"
 
 
-def check_plain_values(cfg, path, overrides: Sequence[str]) -> None:
+def check_plain_values(path, overrides: Sequence[str]) -> None:
     """UsageError where YAML (1.1, as PyYAML reads it) gives a plain value another meaning
     than its text: a free-text key (``run.name``, ``data.root``, ``mlperf.org``, ...) given
     a plain number or date, kept as the text of what YAML read (``010`` would be the name
     ``8``, ``1.50`` the name ``1.5``); a number with a leading zero, octal to YAML 1.1
     (``010`` is 8) and decimal to YAML 1.2 and to a reader; a number with ``:``, base 60
     to YAML 1.1 (``1:30`` is 90). Other spellings of a number (``1_000``, ``0x10``,
-    ``+5``, ``1.50``) are the number they say. ``cfg`` is what the loader made of them."""
+    ``+5``, ``1.50``) are the number they say. Made before the loader, whose checks would
+    see the value YAML read; a key it does not know, or a file it cannot read, is left to
+    it."""
     import yaml
     from yasgd.config import schema
     from yasgd.config_checks import Line, Name
@@ -87,7 +99,14 @@ def check_plain_values(cfg, path, overrides: Sequence[str]) -> None:
         section, _, key = name.partition(".")
         if tag not in (_INT, _FLOAT, _TIME) or key not in checks.get(section, {}):
             continue
-        read = yaml.safe_load(text)
+        try:
+            read = yaml.safe_load(text)
+        except (yaml.YAMLError, ValueError, OverflowError):   # 2019-02-30, 5,000 digits
+            continue                                            # the loader refuses them
+        if isinstance(read, int) and read.bit_length() > 64:    # octal, hex: no digit limit
+            raise UsageError(f"{where}: YAML reads {_short(text)} as a number of "
+                             f"{read.bit_length():,} bits; no key takes one beyond 64 bits")
+        decimal = int(text.replace("_", ""), 10) if _LEADING_ZERO.fullmatch(text) else None
         if isinstance(checks[section][key], (Line, Name)):      # free text: a name, a path
             if str(read) != text:
                 what = "date" if tag == _TIME else "number"
@@ -95,14 +114,16 @@ def check_plain_values(cfg, path, overrides: Sequence[str]) -> None:
                                  f"so {name} would be {str(read)!r}; quote it to mean the "
                                  f"text ({name}: '{text}' in a file, {name}=\"'{text}'\" in "
                                  f"a shell)")
+        elif tag == _TIME:                  # the loader would show Python's datetime(...)
+            raise UsageError(f"{where}: YAML reads {text} as a date, and {name} must be "
+                             f"{checks[section][key].describe()}")
         elif ":" in text and tag in (_INT, _FLOAT):
             raise UsageError(f"{where}: YAML 1.1 reads {text} as the base-60 number {read}; "
                              f"write the number as meant")
-        elif tag == _INT and _LEADING_ZERO.fullmatch(text) \
-                and int(text.replace("_", ""), 10) != read:
+        elif tag == _INT and decimal is not None and decimal != read:
             raise UsageError(f"{where}: YAML 1.1 reads {text} as the octal number {read}, "
-                             f"not {int(text.replace('_', ''), 10)}; write the number as "
-                             f"meant, without the leading zero")
+                             f"not {decimal}; write the number as meant, without the leading "
+                             f"zero")
 
 
 # -- keys the config does not read ------------------------------------------------------
@@ -223,8 +244,8 @@ def load(path, overrides: Sequence[str]):
     :func:`flush`: a command says them once every check has passed, so that a config it
     refuses gets its one error line and nothing else."""
     from yasgd import config
+    check_plain_values(path, overrides)
     cfg = config.load(path, list(overrides))
-    check_plain_values(cfg, path, overrides)
     _pending.extend(check_read(cfg, overrides, path))
     return cfg
 

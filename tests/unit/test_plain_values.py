@@ -39,7 +39,7 @@ def test_a_leading_zero_is_octal_to_yaml_1_1(rhs, read, tmp_path):
               tmp_path=tmp_path)
     # the rule reads the text, whatever the loader then allows: a sign stays in front
     with pytest.raises(UsageError, match="reads -010 as the octal number -8, not -10;"):
-        config_text.check_plain_values(config.load(TINY, []), None, ["train.max_steps=-010"])
+        config_text.check_plain_values(None, ["train.max_steps=-010"])
 
 
 @pytest.mark.parametrize("name, rhs, read", [("train.max_steps", "1:30", "90"),
@@ -119,6 +119,12 @@ def test_a_text_key_given_what_reads_as_its_own_text(rhs):
     assert cfg.run.name == rhs
 
 
+def test_the_rule_comes_before_the_loaders_checks_of_the_value_yaml_read():
+    # warm-up 9 epochs of 10 typed as 010: the loader would see 8 epochs, and say so
+    with pytest.raises(UsageError, match="^override 'train.epochs=010': YAML 1.1 reads 010"):
+        _load("schedule.warmup_epochs=9", "train.epochs=010")
+
+
 def test_the_last_override_of_a_key_is_the_one_checked():
     cfg, _ = _load("run.name=010", "run.name=x")
     assert cfg.run.name == "x"
@@ -135,3 +141,25 @@ def test_train_and_check_config_refuse_in_one_line_before_any_work(tmp_path):
                             "text (run.name: '007' in a file, run.name=\"'007'\" in a "
                             "shell)\n")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("rhs", ["0" + "1" * 5000, "0x" + "f" * 5000, "0b" + "1" * 65])
+@pytest.mark.parametrize("name", ["train.max_steps", "run.name", "optim.lr"])
+def test_a_number_beyond_64_bits_is_one_short_line(name, rhs):
+    # octal, hex and binary have no digit limit in Python; printing one in decimal may fail
+    with pytest.raises(UsageError, match="no key takes one beyond 64 bits$") as e:
+        _load(f"{name}={rhs}")
+    assert len(str(e.value)) < 200
+
+
+def test_a_date_for_a_key_that_takes_no_text_says_what_the_key_takes(tmp_path):
+    with pytest.raises(UsageError, match="^config key run.seed=2026-12-07 in .*c.yaml \\(line "
+                                         "1\\): YAML reads 2026-12-07 as a date, and run.seed "
+                                         "must be an integer in \\[0, 4294967295\\]$"):
+        _load(text="run: {seed: 2026-12-07}\n", tmp_path=tmp_path)
+
+
+def test_what_yaml_cannot_build_is_left_to_the_loader():
+    for over in ("run.seed=2019-02-30", "train.max_steps=" + "1" * 5000):
+        with pytest.raises(UsageError, match="^config key .* must be an integer"):
+            _load(over)
