@@ -48,6 +48,16 @@ _INT, _FLOAT, _TIME = ("tag:yaml.org,2002:" + t for t in ("int", "float", "times
 _LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
 
 
+def _printable(number: int) -> bool:
+    """Whether Python writes ``number`` in decimal (it refuses more than
+    ``sys.get_int_max_str_digits()`` digits; octal, hex and binary have no such limit)."""
+    try:
+        str(number)
+    except ValueError:
+        return False
+    return True
+
+
 def _short(text: str) -> str:
     return text if len(text) <= 40 else f"{text[:24]}... ({len(text):,} characters)"
 
@@ -73,6 +83,8 @@ def _plain_values(path, overrides: Sequence[str]) -> Iterator[Tuple[str, str, st
                     yield (name, node.value, node.tag, f"config key {name}="
                            f"{_short(node.value)} in {path} (line {node.start_mark.line + 1})")
     for name, item in _typed(overrides).items():
+        if "=" not in item:                  # not an override: the loader says so
+            continue
         try:
             node = yaml.compose(item.split("=", 1)[1])
         except yaml.YAMLError:
@@ -103,7 +115,8 @@ def check_plain_values(path, overrides: Sequence[str]) -> None:
             read = yaml.safe_load(text)
         except (yaml.YAMLError, ValueError, OverflowError):   # 2019-02-30, 5,000 digits
             continue                                            # the loader refuses them
-        if isinstance(read, int) and read.bit_length() > 64:    # octal, hex: no digit limit
+        # octal, hex or binary of thousands of digits: the loader's line could not print it
+        if isinstance(read, int) and read.bit_length() > 64 and not _printable(read):
             raise UsageError(f"{where}: YAML reads {_short(text)} as a number of "
                              f"{read.bit_length():,} bits; no key takes one beyond 64 bits")
         decimal = int(text.replace("_", ""), 10) if _LEADING_ZERO.fullmatch(text) else None
