@@ -44,8 +44,11 @@ def check_no_yaml_alias(path: str) -> None:
 
 
 # -- plain values YAML reads as another value than the one typed ------------------------
-_INT, _FLOAT, _TIME = ("tag:yaml.org,2002:" + t for t in ("int", "float", "timestamp"))
+_INT, _FLOAT, _TIME, _BOOL, _NULL = ("tag:yaml.org,2002:" + t for t in (
+    "int", "float", "timestamp", "bool", "null"))
 _LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
+_QUOTE = ("quote it to mean the text ({name}: '{text}' in a file, {name}=\"'{text}'\" in a "
+          "shell)")
 
 
 def _printable(number: int) -> bool:
@@ -97,19 +100,28 @@ def check_plain_values(path, overrides: Sequence[str]) -> None:
     """UsageError where YAML (1.1, as PyYAML reads it) gives a plain value another meaning
     than its text: a free-text key (``run.name``, ``data.root``, ``mlperf.org``, ...) given
     a plain number or date, kept as the text of what YAML read (``010`` would be the name
-    ``8``, ``1.50`` the name ``1.5``); a number with a leading zero, octal to YAML 1.1
-    (``010`` is 8) and decimal to YAML 1.2 and to a reader; a number with ``:``, base 60
-    to YAML 1.1 (``1:30`` is 90). Other spellings of a number (``1_000``, ``0x10``,
-    ``+5``, ``1.50``) are the number they say. Made before the loader, whose checks would
-    see the value YAML read; a key it does not know, or a file it cannot read, is left to
-    it."""
+    ``8``, ``1.50`` the name ``1.5``), or a flag or null (``NO``, ``off``, ``~``); a number
+    with a leading zero, octal to YAML 1.1 (``010`` is 8) and decimal to YAML 1.2 and to a
+    reader; a number with ``:``, base 60 to YAML 1.1 (``1:30`` is 90); a date for a key
+    that takes no text. Other spellings of a number (``1_000``, ``0x10``, ``+5``, ``1.50``)
+    are the number they say. Made before the loader, whose checks would see the value YAML
+    read; a key it does not know, or a file it cannot read, is left to it."""
     import yaml
     from yasgd.config import schema
     from yasgd.config_checks import Line, Name
     checks = schema()
     for name, text, tag, where in _plain_values(path, overrides):
         section, _, key = name.partition(".")
-        if tag not in (_INT, _FLOAT, _TIME) or key not in checks.get(section, {}):
+        check = checks.get(section, {}).get(key)
+        if check is None or tag not in (_INT, _FLOAT, _TIME, _BOOL, _NULL):
+            continue
+        text_key = isinstance(check, (Line, Name))      # free text: a name, a path, a label
+        if tag in (_BOOL, _NULL):                       # no, off, ~: never text
+            if text_key and text:
+                what = "null (no value)" if tag == _NULL else "the flag " + (
+                    "true" if text.lower() in ("yes", "true", "on") else "false")
+                raise UsageError(f"{where}: YAML reads the plain {text} as {what}, not "
+                                 f"text; {_QUOTE.format(name=name, text=text)}")
             continue
         try:
             read = yaml.safe_load(text)
@@ -120,16 +132,15 @@ def check_plain_values(path, overrides: Sequence[str]) -> None:
             raise UsageError(f"{where}: YAML reads {_short(text)} as a number of "
                              f"{read.bit_length():,} bits; no key takes one beyond 64 bits")
         decimal = int(text.replace("_", ""), 10) if _LEADING_ZERO.fullmatch(text) else None
-        if isinstance(checks[section][key], (Line, Name)):      # free text: a name, a path
+        if text_key:
             if str(read) != text:
                 what = "date" if tag == _TIME else "number"
                 raise UsageError(f"{where}: YAML reads the plain {text} as the {what} {read}, "
-                                 f"so {name} would be {str(read)!r}; quote it to mean the "
-                                 f"text ({name}: '{text}' in a file, {name}=\"'{text}'\" in "
-                                 f"a shell)")
+                                 f"so {name} would be {str(read)!r}; "
+                                 f"{_QUOTE.format(name=name, text=text)}")
         elif tag == _TIME:                  # the loader would show Python's datetime(...)
             raise UsageError(f"{where}: YAML reads {text} as a date, and {name} must be "
-                             f"{checks[section][key].describe()}")
+                             f"{check.describe()}")
         elif ":" in text and tag in (_INT, _FLOAT):
             raise UsageError(f"{where}: YAML 1.1 reads {text} as the base-60 number {read}; "
                              f"write the number as meant")

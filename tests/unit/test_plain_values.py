@@ -113,6 +113,22 @@ def test_a_text_key_given_a_plain_number_or_date_that_reads_otherwise(name, rhs,
     assert getattr(getattr(quoted, section), key) == rhs
 
 
+@pytest.mark.parametrize("name", TEXT_KEYS)
+@pytest.mark.parametrize("rhs, what", [("NO", "the flag false"), ("on", "the flag true"),
+                                       ("Yes", "the flag true"), ("~", "null \\(no value\\)"),
+                                       ("null", "null \\(no value\\)")])
+def test_a_text_key_given_a_plain_flag_or_null(name, rhs, what, tmp_path):
+    # the "Norway problem": mlperf.org: NO is the flag false to YAML 1.1
+    with pytest.raises(UsageError, match=f"^override '{name}={re.escape(rhs)}': YAML reads the "
+                                         f"plain {re.escape(rhs)} as {what}, not text; quote "
+                                         f"it to mean the text"):
+        _load(f"{name}={rhs}")
+    section, key = name.split(".")
+    with pytest.raises(UsageError, match=f"^config key {name}={re.escape(rhs)} in .*c.yaml "
+                                         f"\\(line 1\\): YAML reads the plain"):
+        _load(text=f"{section}: {{{key}: {rhs}}}\n", tmp_path=tmp_path)
+
+
 @pytest.mark.parametrize("rhs", ["42", "1.5", "2019-04-01", "1e3", "0o17", "x010"])
 def test_a_text_key_given_what_reads_as_its_own_text(rhs):
     cfg, _ = _load(f"run.name={rhs}")
@@ -130,9 +146,11 @@ def test_the_last_override_of_a_key_is_the_one_checked():
     assert cfg.run.name == "x"
 
 
-def test_train_and_check_config_refuse_in_one_line_before_any_work(tmp_path):
+def test_train_check_config_and_jobs_refuse_in_one_line_before_any_work(tmp_path):
     for argv in (["check-config", TINY, "run.name=007", "--world-size", "1"],
-                 ["train", TINY, "run.name=007", f"run.dir={tmp_path}/runs"]):
+                 ["train", TINY, "run.name=007", f"run.dir={tmp_path}/runs"],
+                 ["jobs", "render", "--scheduler", "slurm", "--nodes", "1", "--gpus-per-node",
+                  "2", "--config", TINY, "run.name=007", "-o", f"{tmp_path}/job.sh"]):
         p = subprocess.run([YASGD, *argv], capture_output=True, text=True, timeout=120,
                            env=dict(os.environ, OMP_NUM_THREADS="1"))
         assert (p.returncode, p.stdout) == (2, ""), p.stderr
