@@ -1,8 +1,9 @@
 """Checks of a config's text (the loader: yasgd.config), made by every command that reads a
 config (``train``, ``check-config``, ``jobs``; ``yasgd launch`` through check-config): the
-file's and the overrides' before it is loaded, and after (:func:`load`) that YAML read each
-plain value as typed, and that the config reads every key they set: a key that only another
-optimizer, model or data kind reads would otherwise be accepted and do nothing."""
+file's and the overrides' before it is loaded (among them, in :func:`load`, that YAML reads
+each plain value as typed), and after it is loaded that the config reads every key they
+set: a key that only another optimizer, model or data kind reads would otherwise be
+accepted and do nothing."""
 from __future__ import annotations
 
 import re
