@@ -221,6 +221,10 @@ def test_multi_sgd_mom_update_after_inference_forward(be, when):
     with mx.autograd.record():
         loss = net(x).sum()
     loss.backward()
+    # the reference is read once the backward pass has run: asnumpy waits for an array's
+    # pending writes only, then reorders MKLDNN-layout weights to the default layout on this
+    # thread, beside the backward's engine ops that still read the same weights
+    mx.nd.waitall()
     params = list(net.collect_params().values())
     ws, gs = [p.data() for p in params], [p.grad() for p in params]
     want = [w.asnumpy() - 0.5 * g.asnumpy() for w, g in zip(ws, gs)]
