@@ -263,6 +263,7 @@ def _sgd_step(net, x, lr=0.5):
     with mx.autograd.record():
         loss = net(x).sum()
     loss.backward()
+    mx.nd.waitall()     # as in test_multi_sgd_mom_update_after_inference_forward
     params = [p for p in net.collect_params().values() if p.grad_req != "null"]
     ws, gs = [p.data() for p in params], [p.grad() for p in params]
     want = [w.asnumpy().astype(np.float64) - lr * g.asnumpy() for w, g in zip(ws, gs)]
