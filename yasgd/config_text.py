@@ -7,7 +7,7 @@ accepted and do nothing."""
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from yasgd import UsageError
 from yasgd.config_checks import BASIC_DEPTHS, BOTTLENECK_DEPTHS, model_depth
@@ -60,6 +60,15 @@ def _printable(number: int) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _decimal(text: str) -> Optional[int]:
+    """``text`` (digits, a sign, ``_``) read as a decimal number; None where it has more
+    digits than Python reads in decimal (``sys.get_int_max_str_digits()``)."""
+    try:
+        return int(text.replace("_", ""), 10)
+    except ValueError:
+        return None
 
 
 def _short(text: str) -> str:
@@ -132,23 +141,26 @@ def check_plain_values(path, overrides: Sequence[str]) -> None:
         if isinstance(read, int) and read.bit_length() > 64 and not _printable(read):
             raise UsageError(f"{where}: YAML reads {_short(text)} as a number of "
                              f"{read.bit_length():,} bits; no key takes one beyond 64 bits")
-        decimal = int(text.replace("_", ""), 10) if _LEADING_ZERO.fullmatch(text) else None
+        shown, got = _short(text), _short(str(read))
         if text_key:
             if str(read) != text:
                 what = "date" if tag == _TIME else "number"
-                raise UsageError(f"{where}: YAML reads the plain {text} as the {what} {read}, "
-                                 f"so {name} would be {str(read)!r}; "
-                                 f"{_QUOTE.format(name=name, text=text)}")
+                raise UsageError(f"{where}: YAML reads the plain {shown} as the {what} {got}, "
+                                 f"so {name} would be {_short(repr(str(read)))}; "
+                                 f"{_QUOTE.format(name=name, text=shown)}")
         elif tag == _TIME:                  # the loader would show Python's datetime(...)
             raise UsageError(f"{where}: YAML reads {text} as a date, and {name} must be "
                              f"{check.describe()}")
         elif ":" in text and tag in (_INT, _FLOAT):
-            raise UsageError(f"{where}: YAML 1.1 reads {text} as the base-60 number {read}; "
+            raise UsageError(f"{where}: YAML 1.1 reads {shown} as the base-60 number {got}; "
                              f"write the number as meant")
-        elif tag == _INT and decimal is not None and decimal != read:
-            raise UsageError(f"{where}: YAML 1.1 reads {text} as the octal number {read}, "
-                             f"not {decimal}; write the number as meant, without the leading "
-                             f"zero")
+        elif tag == _INT and _LEADING_ZERO.fullmatch(text):
+            decimal = _decimal(text)
+            if decimal != read:
+                meant = "the decimal number typed" if decimal is None else _short(str(decimal))
+                raise UsageError(f"{where}: YAML 1.1 reads {shown} as the octal number {got}, "
+                                 f"not {meant}; write the number as meant, without the "
+                                 f"leading zero")
 
 
 # -- keys the config does not read ------------------------------------------------------

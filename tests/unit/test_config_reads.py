@@ -124,6 +124,7 @@ def test_a_run_without_its_mlperf_log_does_not_read_the_logs_fields(tmp_path):
     assert len(keys) == 4
 
     def header(*over):      # what the run's mlperf.log holds once its header is written
+        # a run.dir of its own per call: two runs started in one second share a directory
         cfg = config.load(TINY, [f"run.dir={tmp_path / str(len(os.listdir(tmp_path)))}",
                                  *over, *(f"{k}={OTHER[k]}" for k in keys)])
         s = train.build(cfg, dist.world())

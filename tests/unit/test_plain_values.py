@@ -171,6 +171,17 @@ def test_a_number_too_long_to_print_is_one_short_line(name, rhs):
     assert len(str(e.value)) < 200
 
 
+@pytest.mark.parametrize("name", ["train.max_steps", "run.name"])
+def test_a_leading_zero_number_too_long_to_read_in_decimal_is_one_short_line(name):
+    # its octal reading prints (about 3,970 digits); its decimal one has more digits than
+    # Python reads
+    rhs = "0" + "1" * 4400
+    with pytest.raises(UsageError, match=f"^override '{name}=0111.* YAML (1.1 )?reads (the "
+                                         f"plain )?0111.* \\(4,401 characters\\) as the") as e:
+        _load(f"{name}={rhs}")
+    assert len(str(e.value)) < 500          # each long value shortened, not 4,400 digits
+
+
 def test_a_number_beyond_64_bits_that_prints_is_left_to_the_loader():
     with pytest.raises(UsageError, match="^config key train.max_steps must be an integer >= 0 "
                                          "that fits in 64 bits, got 120892581961\\.\\.\\. "
