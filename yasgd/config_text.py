@@ -34,8 +34,9 @@ def check_no_yaml_alias(path: str) -> None:
     import yaml
     try:
         with open(path, "rb") as f:
-            tokens = yaml.scan(f.read())
-            alias = next((t for t in tokens if isinstance(t, yaml.AliasToken)), None)
+            alias = _yaml(lambda text, Loader: next(
+                (t for t in yaml.scan(text, Loader) if isinstance(t, yaml.AliasToken)), None),
+                f.read(), f"config file {path} is not valid YAML")
     except (OSError, yaml.YAMLError):
         return
     if alias is not None:
@@ -75,6 +76,49 @@ def _short(text: str) -> str:
     return text if len(text) <= 40 else f"{text[:24]}... ({len(text):,} characters)"
 
 
+#: the deepest nesting a config's text may hold, in blocks and ``[`` / ``{`` together: a
+#: config is sections of keys, a value at most a short list. PyYAML's scanner takes time
+#: growing with the square of the ``[`` depth (each token revisits every open level), and
+#: its composer recurses once a level.
+MAX_DEPTH = 32
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _loader():
+    """yaml.SafeLoader that stops where the text opens its :data:`MAX_DEPTH` + 1st level."""
+    import yaml
+
+    class Shallow(yaml.SafeLoader):
+        def _deeper(self, levels: int):
+            if levels > MAX_DEPTH:
+                raise _TooDeep
+
+        def fetch_flow_collection_start(self, token_class):
+            self._deeper(len(self.indents) + self.flow_level + 1)
+            super().fetch_flow_collection_start(token_class)
+
+        def add_indent(self, column):          # a block collection opens
+            opens = super().add_indent(column)
+            if opens:
+                self._deeper(len(self.indents) + self.flow_level)
+            return opens
+    return Shallow
+
+
+def _yaml(walk, stream, where: str):
+    """``walk(stream, Loader)`` (a pass of ``yaml.scan`` or ``yaml.compose``) on a loader
+    bounded in depth; UsageError naming ``where`` for a text nested deeper than a config
+    is."""
+    try:
+        return walk(stream, _loader())
+    except (_TooDeep, RecursionError):     # the bound's count is YAML's: a safeguard
+        raise UsageError(f"{where}: nested more than {MAX_DEPTH} levels deep (a config "
+                         f"value is a number, a word or a short list)") from None
+
+
 def _plain_values(path, overrides: Sequence[str]) -> Iterator[Tuple[str, str, str, str]]:
     """(section.key, the text typed, its YAML tag, where it was typed) of every plain (not
     quoted) scalar the config file's sections and the overrides give a key (the last
@@ -86,7 +130,7 @@ def _plain_values(path, overrides: Sequence[str]) -> Iterator[Tuple[str, str, st
         check_config_file(path)              # a FIFO or a huge file: refused before a read
         try:
             with open(path, "rb") as f:
-                root = yaml.compose(f, Loader=yaml.SafeLoader)
+                root = _yaml(yaml.compose, f, f"config file {path} is not valid YAML")
         except (OSError, yaml.YAMLError):    # the loader names what is wrong with the file
             pass
         for section, keys in (root.value if isinstance(root, yaml.MappingNode) else ()):
@@ -99,7 +143,7 @@ def _plain_values(path, overrides: Sequence[str]) -> Iterator[Tuple[str, str, st
         if "=" not in item:                  # not an override: the loader says so
             continue
         try:
-            node = yaml.compose(item.split("=", 1)[1])
+            node = _yaml(yaml.compose, item.split("=", 1)[1], f"override {_short(repr(item))}")
         except yaml.YAMLError:
             continue
         if isinstance(node, yaml.ScalarNode) and node.style is None:

@@ -275,6 +275,58 @@ def test_a_config_with_yaml_aliases_is_one_line_at_once(tmp_path, command):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["bomb.yaml"]
 
 
+def _nested(depth: int) -> str:
+    return "[" * depth + "1" + "]" * depth
+
+
+def _blocks(depth: int) -> str:
+    return "".join(" " * (i + 2) + "- \n" for i in range(depth)) + " " * (depth + 2) + "- 1\n"
+
+
+@pytest.mark.parametrize("command", [["check-config"], ["train"],
+                                     ["jobs", "render", "--scheduler", "pbs", "--nodes", "1",
+                                      "-o", "job.sh", "--config"]])
+@pytest.mark.parametrize("where,text", [
+    ("file", "train:\n  epochs: " + _nested(31) + "\n"),          # 2 + 31 levels
+    ("file", "train:\n  epochs: " + _nested(200_000) + "\n"),     # 400 kB: the scan's square
+    ("file", "train:\n  epochs:\n" + _blocks(31)),                 # 2 + 31 levels
+    ("file", "train:\n  epochs:\n" + _blocks(600)),                # past the recursion limit
+    ("override", "train.epochs=" + _nested(33)),
+    ("override", "train.epochs=" + _nested(5_000)),
+], ids=["file-2+31", "file-200000", "file-blocks-2+31", "file-blocks-600", "override-33",
+        "override-5000"])
+def test_a_value_nested_past_any_config_is_one_line_at_once(tmp_path, command, where, text):
+    """PyYAML's scanner takes time with the square of the nesting of ``[``, and its composer
+    recurses a level at a time: past what a config holds, such a text is refused in one
+    line, at once (the timeout: 200,000 levels would scan for hours), without a traceback."""
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(text if where == "file" else "run: {name: x}\n")
+    args = [str(tiny)] + ([text] if where == "override" else [])
+    p = subprocess.run([YASGD, *command, *args], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=60)
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout)
+    shown = (f"config file {tiny} is not valid YAML" if where == "file" else
+             f"override {repr(text)[:24]}... ({len(repr(text)):,} characters)")
+    assert p.stderr == (f"yasgd: error: {shown}: nested more than 32 levels deep (a config "
+                        f"value is a number, a word or a short list)\n"), p.stderr[:300]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+def test_a_value_nested_as_deep_as_a_config_may_reaches_the_loader(tmp_path):
+    """32 levels pass the depth bound (an override's value alone; in a file, a section, its
+    keys and 30 levels of a value): the loader's own line names the key's type. The first
+    sequence under a key at the key's own column opens no level of YAML's."""
+    rc, out, err = _run(YASGD, "check-config", CONFIG, "train.epochs=" + _nested(32))
+    assert (rc, out) == (2, "")
+    assert err.startswith("yasgd: error: config key train.epochs must be an integer"), err
+    tiny = tmp_path / "tiny.yaml"
+    for text in ("train:\n  epochs:\n" + _blocks(30), "train: {epochs: " + _nested(30) + "}\n"):
+        tiny.write_text(text)
+        rc, out, err = _run(YASGD, "check-config", str(tiny))
+        assert (rc, out) == (2, "")
+        assert err.startswith("yasgd: error: config key train.epochs must be an integer"), err
+
+
 @pytest.mark.parametrize("args,message", [
     (["simulate", "--preset", "list", "--gpus", "8"],
      "simulate --preset list takes no other argument, got --gpus"),
