@@ -18,6 +18,12 @@ YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
 RESULTS = os.path.join(ROOT, "examples", "results")
 
 
+# a well-formed entry of code that is not this checkout's: its run trains again
+OTHER_CODE = {"code": {"yasgd.schedule": "0" * 64}, "env": {}, "result": {
+    "val_top1": 0.9, "test_top1": 0.9, "diverged": False, "curve": [], "wall_s": 1.0,
+    "threads": 1, "code": {"yasgd.schedule": "0" * 64}, "env": {}}}
+
+
 def _arm(name):
     return study.Arm(name, name, 1024, "lars", (1.0, 2.0, 4.0), (), 2, "x", 0)
 
@@ -27,7 +33,7 @@ def _setup(tmp_path, cached=("k1", "k2"), quick=True):
     out.mkdir(parents=True)
     cache.mkdir()
     for k in cached:
-        (cache / f"{k}.json").write_text("{}")     # an entry of any code counts as there
+        (cache / f"{k}.json").write_text(json.dumps(OTHER_CODE))   # it counts as there
     record = {"quick": quick, "records": [{"arm": "a", "key": "k1"}, {"arm": "b", "key": "k2"}]}
     (out / "bench_x.json").write_text(json.dumps(record))
     return str(out / "bench_x.json"), str(cache)
@@ -55,6 +61,29 @@ def test_runs_missing_from_the_cache_or_arms_left_out_are_refused(tmp_path):
     with pytest.raises(UsageError, match=r"holds the runs of 1 arm\(s\) that --arms leaves out "
                                          r"\(b\)"):
         study_run.check_record("x", path, s, quick=True)
+
+
+@pytest.mark.parametrize("text,why", [
+    ("{}", "its 'code' is not a map of module names to digests"),
+    ("[]", "a JSON list, not an object"),
+    ("{not json", "not JSON")])
+def test_a_run_whose_cache_file_is_not_an_entry_is_refused(tmp_path, text, why):
+    """The record holds that run's results; a report without it would lose them."""
+    path, cache = _setup(tmp_path)
+    os.makedirs(os.path.join(cache, "k3.json"))
+    with open(os.path.join(cache, "k2.json"), "w") as f:
+        f.write(text)
+    rec = json.loads(open(path).read())
+    rec["records"].append({"arm": "a", "key": "k3"})
+    with open(path, "w") as f:
+        json.dump(rec, f)
+    s = study_run.Study([_arm("a"), _arm("b")], QUICK, str(tmp_path / "out"), cache)
+    with pytest.raises(UsageError) as e:
+        study_run.check_record("x", path, s, quick=True)
+    assert str(e.value) == (
+        f"bench x: --out: {path} holds 3 run(s), 2 of them not in the cache {cache} (k2.json "
+        f"there is not a run a bench wrote: {why}, and 1 more like it); this sitting's "
+        f"report would drop them: pass --cache with the cache they are in, or another --out")
 
 
 def test_the_command_refuses_a_mistyped_cache_before_any_work(tmp_path):

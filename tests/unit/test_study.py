@@ -456,6 +456,14 @@ def test_default_jobs_never_more_than_a_run_a_core(monkeypatch, cores, jobs):
     assert study_run.default_jobs() == jobs
 
 
+def _ran(code, **fields):
+    """What a worker's run returns (yasgd.bench.study_worker, with the wall time and threads
+    that ``Study._train`` adds), with ``fields`` in place of its own."""
+    return dict({"val_top1": 0.5, "test_top1": 0.5, "diverged": False, "error": None,
+                 "curve": [{"epoch": 4, "val_top1": 0.5}], "wall_s": 1.0, "threads": 1,
+                 "code": code, "env": runcache.environment()}, **fields)
+
+
 def test_a_run_of_changed_code_stops_the_bench_instead_of_training_it_again(tmp_path,
                                                                               monkeypatch):
     """A pull or an edit while a bench runs: the run that ran the new code is kept in the
@@ -474,8 +482,7 @@ def test_a_run_of_changed_code_stops_the_bench_instead_of_training_it_again(tmp_
     def train(run, threads, procs):     # what a worker records after the edit
         trained.append(run.key)
         code = dict(st.code_at_start, **{"yasgd.schedule": "0" * 64})
-        return {"val_top1": 0.5, "test_top1": 0.5, "wall_s": 1.0, "code": code,
-                "env": runcache.environment()}
+        return _ran(code)
     monkeypatch.setattr(st, "_train", train)
     with pytest.raises(study_run.CodeChanged, match=r"changed while the bench ran "
                                                      r"\(yasgd.schedule\)"):
@@ -487,9 +494,7 @@ def test_a_run_of_changed_code_stops_the_bench_instead_of_training_it_again(tmp_
     trained.clear()
     st2 = study_run.Study([arm], scale, str(tmp_path / "b"))
     monkeypatch.setattr(st2, "_train", lambda run, threads, procs: (
-        trained.append(run.key) or {"val_top1": 0.5, "test_top1": 0.5, "wall_s": 1.0,
-                                    "code": dict(st2.code_at_start),
-                                    "env": runcache.environment()}))
+        trained.append(run.key) or _ran(dict(st2.code_at_start))))
     st2.run(1, max_runs=2)
     assert len(trained) == 2
 

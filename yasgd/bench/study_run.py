@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from yasgd import UsageError
-from yasgd.bench import common, machine, runcache
+from yasgd.bench import cache_entry, common, machine, runcache
 from yasgd.bench.study import Arm, Run, Search, runs_left, search
 from yasgd.bench.study_plan import Scale, overrides
 from yasgd.bench.study_procs import Workers, first_done
@@ -108,7 +108,7 @@ class Study:
         self.out_dir = out_dir
         self.run_dir = os.path.abspath(os.path.join(out_dir, "study_runs"))
         self.work = os.path.join(self.run_dir, "_work")
-        self.cache = runcache.RunCache(cache_dir or os.path.join(out_dir, "runs_cache"))
+        self.cache = cache_entry.Cache(cache_dir or os.path.join(out_dir, "runs_cache"))
         self._keys: Dict[Tuple[str, float, int], Run] = {}
         self.failed: Dict[str, str] = {}
         self.machine = machine.machine_label()     # recorded with every run trained here
@@ -305,8 +305,9 @@ def check_record(name: str, path: str, study: Study, quick: bool) -> None:
     """Refuse (UsageError, before any work) a sitting whose report would replace the record
     at ``path`` with one that lacks some of its runs: an arm of it that ``--arms`` leaves
     out, or a run whose entry this sitting's cache does not have at all (another cache, or a
-    mistyped ``--cache``). An entry of other code counts as there: its run trains again, as
-    a change of code asks. A record of the other scale (``--quick`` or not) is another table."""
+    mistyped ``--cache``), or a file there that is not an entry (``cache_entry``). An entry of
+    other code counts as there: its run trains again, as a change of code asks. A record of
+    the other scale (``--quick`` or not) is another table."""
     try:
         old = common.read_json(path)
     except (OSError, ValueError):
@@ -322,10 +323,17 @@ def check_record(name: str, path: str, study: Study, quick: bool) -> None:
                          f"that --arms leaves out ({named}); this sitting's report would drop "
                          f"them: pass another --out (the runs stay in the cache, from which "
                          f"the command without --arms writes the whole table)")
-    missing = [r for r in runs if not os.path.exists(study.cache.path(str(r.get("key"))))]
+    missing, bad = 0, []
+    for r in runs:
+        entry, why = study.cache.read(str(r.get("key")))
+        missing += entry is None
+        if why is not None:
+            bad.append(f"{r.get('key')}.json there is not a run a bench wrote: {why}")
     if missing:
+        more = f", and {len(bad) - 1} more like it" if len(bad) > 1 else ""
         raise UsageError(f"bench {name}: --out: {path} holds {len(runs)} run(s), "
-                         f"{len(missing)} of them not in the cache {study.cache.root}; this "
+                         f"{missing} of them not in the cache {study.cache.root}"
+                         f"{f' ({bad[0]}{more})' if bad else ''}; this "
                          f"sitting's report would drop them: pass --cache with the cache they "
                          f"are in, or another --out")
 
