@@ -284,11 +284,10 @@ def _run(args: argparse.Namespace) -> int:
             return 0
         if args.preset != "list":
             simulate.get_preset(args.preset)    # UsageError: one line, exit 2
-        report = simulate.report(preset=args.preset, gpus=args.gpus, batch=args.batch,
-                                 epochs=args.epochs, images_per_gpu_s=args.images_per_gpu_s,
-                                 budget_bytes=args.budget_bytes, plot=args.plot,
-                                 json_out=args.json)
-        print(report)
+        print(simulate.report(preset=args.preset, gpus=args.gpus, batch=args.batch,
+                              epochs=args.epochs, images_per_gpu_s=args.images_per_gpu_s,
+                              budget_bytes=args.budget_bytes, plot=args.plot,
+                              json_out=args.json))
         return 0
     if args.command == "bench":
         import importlib
@@ -302,9 +301,10 @@ def _run(args: argparse.Namespace) -> int:
         if "arms" in study:
             from yasgd.bench.study_plan import arm_names
             study["arms"] = arm_names(study["arms"])
-        if "cache" in study:
-            outputs.check_dir(study["cache"], "bench --cache")
         mod = importlib.import_module(f"yasgd.bench.{args.name}")
+        from yasgd.bench import output
+        output.check_paths(args.name, args.out, mod.plots(args.quick), output.study_folders(
+            args.out, study.get("cache")) if args.name in STUDY_BENCHES else ())
         mod.run(out_dir=args.out, quick=args.quick, **study)
         return 0
     if args.command == "preflight":

@@ -158,6 +158,10 @@ def test_ablation_quick_resumes_after_sigterm_and_shares_runs_with_largebatch(tm
     assert (line["value"], line["threshold"], line["met"]) == (fr["passed"], 5,
                                                                fr["passed"] == 5)
     assert "The compared arms on fresh seeds" in (out / "bench_largebatch.md").read_text()
+    # the plots each bench wrote are those it names for the check before any work
+    from yasgd.bench import ablation, largebatch
+    assert d2["plots"] == largebatch.plots(True) and d["plots"] == ablation.plots(True)
+    assert all((out / n).stat().st_size > 1000 for n in d2["plots"] + d["plots"])
 
 
 def test_a_bench_whose_code_changes_while_it_runs_stops_with_one_line(tmp_path):

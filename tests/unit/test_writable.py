@@ -319,3 +319,64 @@ def test_every_output_with_a_name_too_long_is_one_line_before_any_work(tmp_path,
     assert p.stderr.startswith("yasgd: error: " + message.format(**names)), p.stderr
     assert "bytes, more than the" in p.stderr
     assert os.listdir(out) == []
+
+
+# --- every file and folder a bench writes under --out --------------------------------------
+# A bench writes its report pair (bench_NAME.json/.md), the plots its module names
+# (``plots(quick)``) and, for the training studies, the runs' folder and the cache. A folder,
+# a pipe or a file it cannot replace at one of those names is one line before any work,
+# never a traceback (or a write that waits for a pipe's reader) after it.
+
+def _bench_outputs():
+    import importlib
+    from yasgd.cli import BENCHES, STUDY_BENCHES
+    out = []
+    for name in BENCHES:
+        mod = importlib.import_module(f"yasgd.bench.{name}")
+        for f in [f"bench_{name}.json", f"bench_{name}.md", *mod.plots(True)]:
+            out.append((name, f, "file"))
+        if name in STUDY_BENCHES:
+            out += [(name, "study_runs", "the runs' folder"), (name, "runs_cache", "the run cache")]
+    return out
+
+
+def test_each_bench_names_the_plots_its_record_holds():
+    """The names each bench declares are those its committed full-scale record lists."""
+    import importlib
+    import json
+    from yasgd.cli import BENCHES
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for name in BENCHES:
+        with open(os.path.join(root, "examples", "results", f"bench_{name}.json")) as f:
+            plots = json.load(f).get("plots") or []
+        assert importlib.import_module(f"yasgd.bench.{name}").plots(False) == plots, name
+
+
+@pytest.mark.parametrize("bench,name,kind", _bench_outputs(),
+                         ids=[f"{b}-{n}" for b, n, _ in _bench_outputs()])
+def test_a_bench_output_that_cannot_be_written_is_one_line_before_any_work(tmp_path, bench,
+                                                                             name, kind):
+    out = tmp_path / "res"
+    out.mkdir()
+    if kind == "file":
+        (out / name).mkdir()            # a folder where the bench writes a file
+        message = (f"yasgd: error: bench --out {out}: cannot write {name}: {out / name} "
+                   f"exists and is not a regular file")
+    else:
+        (out / name).write_text("x\n")  # a file where the study makes a folder
+        message = (f"yasgd: error: bench --out: {kind} {out / name} must be a writable "
+                   f"directory (or one that can be created): {out / name} is not a directory")
+    before = sorted(os.listdir(out))
+    p = subprocess.run([YASGD, "bench", bench, "--quick", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stdout, p.stderr) == (2, "", message + "\n")
+    assert sorted(os.listdir(out)) == before and _left(out) == []
+
+
+def test_a_pipe_at_a_bench_output_is_refused_not_waited_on(tmp_path):
+    os.mkfifo(tmp_path / "bench_init.md")
+    p = subprocess.run([YASGD, "bench", "init", "--quick", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == "", p.stderr
+    assert p.stderr == (f"yasgd: error: bench --out {tmp_path}: cannot write bench_init.md: "
+                        f"{tmp_path / 'bench_init.md'} exists and is not a regular file\n")

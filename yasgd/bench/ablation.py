@@ -34,6 +34,7 @@ from yasgd.bench.study_plan import FULL, QUICK, ablation_arms, select
 from yasgd.bench.study_run import Study, compute, run_bench, table_hardware
 
 NAME = "ablation"
+PLOT = f"bench_{NAME}.png"
 
 
 def tables(summaries: Sequence[Dict[str, object]]) -> Dict[str, object]:
@@ -254,7 +255,7 @@ def _plot(effects: List[Dict[str, object]], out_dir: str, quick: bool,
     ax.set_xlabel("test top-1 points the technique buys at 8K (mean over seeds; bar: spread)",
                   fontsize=8)
     return sr.finish(p, fig, ax, "What each technique buys (recipe with it - without it)",
-                     quick, "lower right", os.path.join(out_dir, f"bench_{NAME}.png"))
+                     quick, "lower right", os.path.join(out_dir, PLOT))
 
 
 @outputs.together()
@@ -313,6 +314,11 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
         common.say(sr.compute_note(comp, jobs))
         common.say(f"wrote {paths['json']}, {paths['md']}" + (f", {plot}" if plot else ""))
     return {"summaries": summaries, "acceptance": acc, "paths": paths, "compute": comp}
+
+
+def plots(quick: bool) -> List[str]:
+    """The plots a run writes under its ``--out`` (checked by ``output.check_paths``)."""
+    return [PLOT]
 
 
 def run(out_dir: str = "results", quick: bool = False, jobs: Optional[int] = None,

@@ -42,6 +42,7 @@ from yasgd import outputs
 from yasgd.bench import common
 
 NAME = "allreduce"
+PLOT = f"bench_{NAME}.png"
 BUDGETS_MB = (1, 4, 16, 64)
 DEFAULT_BUDGET_MB = 4
 SETTINGS = {
@@ -122,6 +123,11 @@ def worker(setting: str, repeats: int, warmup: int, result: str) -> None:
     comm.Barrier()
 
 
+def plots(quick: bool) -> List[str]:
+    """The plots a run writes under its ``--out`` (checked by ``output.check_paths``)."""
+    return [PLOT]
+
+
 def run(out_dir: str = "results", quick: bool = False) -> dict:
     repeats, warmup = (3, 1) if quick else (10, 2)
     common.say(f"bench allreduce: ResNet-50's 161 gradient tensors (102 MB) over 2 ranks, "
@@ -192,7 +198,7 @@ def report(results: Dict[str, dict], out_dir: str, quick: bool, repeats: int,
     ]
     labels = [f"{r['way']} [{r['setting']}]" for r in records]
     with outputs.together():
-        plot = common.bar_chart(os.path.join(out_dir, "bench_allreduce.png"), labels,
+        plot = common.bar_chart(os.path.join(out_dir, PLOT), labels,
                                 [r["median_ms"] for r in records], "ms to sum 102 MB over 2 ranks (median)",
                                 "ResNet-50 gradients, 2 ranks" + (" (--quick)" if quick else ""),
                                 ref=bound, ref_label="memory copy",

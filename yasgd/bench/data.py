@@ -175,6 +175,11 @@ def measure(folder: str, rec: str, passes: int, log=print) -> List[Dict[str, obj
     return results
 
 
+def plots(quick: bool) -> List[str]:
+    """The plots a run writes under its ``--out`` (checked by ``output.check_paths``)."""
+    return []
+
+
 def run(out_dir: str, quick: bool = False) -> dict:
     from yasgd.bench import data_imagenet
     from yasgd.data import im2rec

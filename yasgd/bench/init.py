@@ -27,6 +27,7 @@ from yasgd import outputs
 from yasgd.bench import common
 
 NAME = "init"
+PLOT = f"bench_{NAME}.png"
 PAR_CHECK = "parallel init + agreement check (yasgd)"
 PAR = "parallel init, no check"
 BCAST = "init + hvd.broadcast_parameters (Horovod's examples)"
@@ -77,6 +78,11 @@ def worker(repeats: int, warmup: int, result: str) -> None:
     comm.Barrier()
 
 
+def plots(quick: bool) -> List[str]:
+    """The plots a run writes under its ``--out`` (checked by ``output.check_paths``)."""
+    return [PLOT]
+
+
 def run(out_dir: str = "results", quick: bool = False) -> dict:
     repeats, warmup = (1, 1) if quick else (5, 1)
     common.say(f"bench init: ResNet-50 on 2 ranks{' (--quick)' if quick else ''}")
@@ -111,7 +117,7 @@ def run(out_dir: str = "results", quick: bool = False) -> dict:
              f"steps of 102 MB for a tree), the check's is one allgather of {res['arrays']} x 4 "
              f"doubles per rank."]
     with outputs.together():
-        plot = common.bar_chart(os.path.join(out_dir, "bench_init.png"), list(t), list(t.values()),
+        plot = common.bar_chart(os.path.join(out_dir, PLOT), list(t), list(t.values()),
                                 "ms to identical parameters (median)",
                                 "ResNet-50 initialisation, 2 ranks" + (" (--quick)" if quick else ""))
         common.write_results(out_dir, NAME, records, table, notes=notes,

@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Sequence
 
 from yasgd import outputs
 from yasgd.bench import common, seed_effects, study_report as sr
-from yasgd.bench.largebatch_plots import plot_accuracy, plot_epochs
+from yasgd.bench.largebatch_plots import accuracy_plot, epochs_plot, plot_accuracy, plot_epochs
 from yasgd.bench.study import BASELINE_BATCH
 from yasgd.bench.study_plan import FULL, QUICK, _batch_label, headline_arms, recipe_text, select
 from yasgd.bench.study_run import Study, compute, run_bench, table_hardware
@@ -209,6 +209,11 @@ def report(study: Study, searches, out_dir: str, quick: bool, jobs: int, wall: f
         common.say(f"wrote {paths['json']}, {paths['md']}" + "".join(f", {p}" for p in plots))
     return {"summaries": summaries, "summary": rows, "acceptance": acc, "paths": paths,
             "compute": comp}
+
+
+def plots(quick: bool) -> List[str]:
+    """The plots a run writes under its ``--out`` (checked by ``output.check_paths``)."""
+    return [accuracy_plot(NAME), epochs_plot(NAME, (QUICK if quick else FULL).big)]
 
 
 def run(out_dir: str = "results", quick: bool = False, jobs: Optional[int] = None,

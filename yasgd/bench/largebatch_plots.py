@@ -15,6 +15,16 @@ COLORS = {"baseline": "#555555", "sgd": "#C44E52", "lars": "#4C72B0"}
 LABEL = {"sgd": "SGD + linear scaling + warm-up", "lars": "yasgd recipe"}
 
 
+def accuracy_plot(name: str) -> str:
+    """The file name of the accuracy-against-batch plot of bench ``name``."""
+    return f"bench_{name}_accuracy.png"
+
+
+def epochs_plot(name: str, batch: int) -> str:
+    """The file name of the per-epoch validation plot of bench ``name`` at ``batch``."""
+    return f"bench_{name}_epochs_{batch // 1024}k.png"
+
+
 def plot_accuracy(summaries: Sequence[Dict[str, object]], rows, out_dir: str, quick: bool,
                   name: str) -> Optional[str]:
     base = next((s for s in summaries if s["arm"] == "baseline"), None)
@@ -54,7 +64,7 @@ def plot_accuracy(summaries: Sequence[Dict[str, object]], rows, out_dir: str, qu
     ax.set_xlabel("global batch size")
     ax.set_ylabel("test accuracy (%)")
     return sr.finish(p, fig, ax, "Fashion-MNIST, same epoch budget: test accuracy against "
-                     "batch size", quick, "lower left", os.path.join(out_dir, f"bench_{name}_accuracy.png"))
+                     "batch size", quick, "lower left", os.path.join(out_dir, accuracy_plot(name)))
 
 
 def plot_epochs(study, searches, batch: int, out_dir: str, quick: bool,
@@ -83,4 +93,4 @@ def plot_epochs(study, searches, batch: int, out_dir: str, quick: bool,
     ax.set_ylabel("validation accuracy (%)")
     return sr.finish(p, fig, ax, f"Validation accuracy per epoch at batch {batch // 1024}K "
                      f"(seed 0)", quick, "lower right",
-                     os.path.join(out_dir, f"bench_{name}_epochs_{batch // 1024}k.png"))
+                     os.path.join(out_dir, epochs_plot(name, batch)))

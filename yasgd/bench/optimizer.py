@@ -49,6 +49,7 @@ from yasgd import outputs
 from yasgd.bench import common
 
 NAME = "optimizer"
+PLOT = f"bench_{NAME}.png"
 LR, MOMENTUM, WD, ETA, EPS, BATCH = 3.2, 0.9, 5e-5, 0.001, 1e-9, 1024
 FUSED = "yasgd fused (yasgd.ops library)"
 FUSED_UNGUARDED = "yasgd fused (yasgd.ops library), unguarded weights: deferred writes"
@@ -202,6 +203,11 @@ def worker(repeats: int, warmup: int, result: str) -> None:
     common.write_json(result, out)
 
 
+def plots(quick: bool) -> List[str]:
+    """The plots a run writes under its ``--out`` (checked by ``output.check_paths``)."""
+    return [PLOT]
+
+
 def run(out_dir: str = "results", quick: bool = False) -> dict:
     repeats, warmup = (3, 1) if quick else (20, 2)
     env = dict(os.environ, OMP_NUM_THREADS="2", MXNET_OMP_MAX_THREADS="2")
@@ -282,7 +288,7 @@ def report(res: dict, out_dir: str, quick: bool, repeats: int, warmup: int,
         notes.append(f"yasgd.ops library not available ({res.get('library_error')}): "
                      f"the fused arm ran on MXNet's operators only.")
     with outputs.together():
-        plot = common.bar_chart(os.path.join(out_dir, "bench_optimizer.png"),
+        plot = common.bar_chart(os.path.join(out_dir, PLOT),
                                 list(times), list(times.values()), "ms per LARS step (median)",
                                 "One LARS step over ResNet-50's 161 tensors"
                                 + (" (--quick)" if quick else ""), ref=fused, ref_label=ref_name)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from yasgd import outputs
+from yasgd import UsageError, outputs
 from yasgd.bench.machine import hardware, hardware_line
 
 
@@ -116,6 +116,32 @@ def write_results(out_dir: str, name: str, records: List[Dict[str, object]],
         outputs.write_json(jpath, report, default=str)
         outputs.write_text(mpath, "\n".join(lines))
     return {"json": jpath, "md": mpath}
+
+
+STUDY_RUNS = "study_runs"   # a training study's folder under --out: runs' folders, _work/
+STUDY_CACHE = "runs_cache"  # its cache under --out, unless --cache names another
+
+
+def study_folders(out_dir: str, cache: Optional[str]) -> List[Tuple[str, str]]:
+    """(what, path) for each folder a training study makes: its runs' folder, its cache."""
+    return [("bench --out: the runs' folder", os.path.join(out_dir, STUDY_RUNS)),
+            ("bench --cache", cache) if cache is not None else
+            ("bench --out: the run cache", os.path.join(out_dir, STUDY_CACHE))]
+
+
+def check_paths(name: str, out_dir: str, plots: Sequence[str],
+                folders: Sequence[Tuple[str, str]] = ()) -> None:
+    """Before any work: UsageError (one line) naming the first output of bench ``name``
+    that cannot be written, of its report pair and ``plots`` under ``out_dir`` (a folder,
+    a pipe or an unwritable file at one of their names), and of ``folders`` ((what, path):
+    the folders a training bench makes)."""
+    if os.path.isdir(out_dir):      # else it is made, empty (outputs.check_dir said it can be)
+        for base in (f"bench_{name}.json", f"bench_{name}.md", *plots):
+            problem = outputs.file_problem(os.path.join(out_dir, base))
+            if problem:
+                raise UsageError(f"bench --out {out_dir}: cannot write {base}: {problem}")
+    for what, path in folders:
+        outputs.check_dir(path, what)
 
 
 def bar_chart(path: str, labels: Sequence[str], values: Sequence[float], xlabel: str,

@@ -38,6 +38,7 @@ from yasgd import outputs
 from yasgd.bench import common
 
 NAME = "overlap"
+PLOT = f"bench_{NAME}.png"
 MODEL, IMAGE, BATCH, BUDGET_MB = "resnet50_v1.5", 64, 4, 4
 OVER = "overlapped (yasgd: groups issued right after backward)"
 WAIT_G = "waitall, then the same groups"
@@ -115,6 +116,11 @@ def worker(repeats: int, warmup: int, result: str, image: int, batch: int) -> No
     comm.Barrier()
 
 
+def plots(quick: bool) -> List[str]:
+    """The plots a run writes under its ``--out`` (checked by ``output.check_paths``)."""
+    return [PLOT]
+
+
 def run(out_dir: str = "results", quick: bool = False) -> dict:
     repeats, warmup = (3, 1) if quick else (15, 2)
     common.say(f"bench overlap: {MODEL} {IMAGE} px, batch {BATCH}/rank, 2 ranks, shipped "
@@ -162,7 +168,7 @@ def report(res: dict, out_dir: str, quick: bool, repeats: int, warmup: int,
              "latency but not the copying work itself; on GPUs communication has its own "
              "engines."]
     with outputs.together():
-        plot = common.bar_chart(os.path.join(out_dir, "bench_overlap.png"), list(t), list(t.values()),
+        plot = common.bar_chart(os.path.join(out_dir, PLOT), list(t), list(t.values()),
                                 "ms per step (median)", f"{MODEL} {res['image']} px, batch "
                                 f"{res['batch']}/rank, 2 ranks" + (" (--quick)" if quick else ""))
         common.write_results(out_dir, NAME, records, table, notes=notes,

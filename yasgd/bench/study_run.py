@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from yasgd import UsageError
-from yasgd.bench import cache_entry, common, machine, runcache
+from yasgd.bench import cache_entry, common, machine, output, runcache
 from yasgd.bench.study import Arm, Run, Search, runs_left, search
 from yasgd.bench.study_plan import Scale, overrides
 from yasgd.bench.study_procs import Workers, first_done
@@ -106,9 +106,9 @@ class Study:
                  cache_dir: Optional[str] = None):
         self.arms, self.scale = list(arms), scale
         self.out_dir = out_dir
-        self.run_dir = os.path.abspath(os.path.join(out_dir, "study_runs"))
+        self.run_dir = os.path.abspath(os.path.join(out_dir, output.STUDY_RUNS))
         self.work = os.path.join(self.run_dir, "_work")
-        self.cache = cache_entry.Cache(cache_dir or os.path.join(out_dir, "runs_cache"))
+        self.cache = cache_entry.Cache(cache_dir or os.path.join(out_dir, output.STUDY_CACHE))
         self._keys: Dict[Tuple[str, float, int], Run] = {}
         self.failed: Dict[str, str] = {}
         self.machine = machine.machine_label()     # recorded with every run trained here

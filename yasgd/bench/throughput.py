@@ -59,7 +59,7 @@ from yasgd.bench import common
 from yasgd.bench.throughput_arms import (B_HYB, B_IMP, BF16, FP32, GFLOP_PER_IMAGE,  # noqa: F401
                                          IMAGE, Y_FBR, Y_HYB, Y_IMP, arms, baseline_arm,
                                          matmul_peak, yasgd_arm, yasgd_overrides)
-from yasgd.bench.throughput_report import (LAUNCHES, NAME, faster_launch,  # noqa: F401
+from yasgd.bench.throughput_report import (LAUNCHES, NAME, PLOT, faster_launch,  # noqa: F401
                                            paired_ratios, report)
 
 
@@ -140,6 +140,11 @@ def _bf16(batch, repeats, warmup, world, image=IMAGE):
 
 
 # -- the run -----------------------------------------------------------------------------
+def plots(quick: bool) -> List[str]:
+    """The plots a run writes under its ``--out`` (checked by ``output.check_paths``)."""
+    return [PLOT]
+
+
 def run(out_dir: str = "results", quick: bool = False) -> dict:
     batch, repeats, warmup = (2, 2, 1) if quick else (8, 8, 2)
     common.say(f"bench throughput: ResNet-50 {IMAGE} px synthetic, batch {batch}/rank"

@@ -14,6 +14,7 @@ from yasgd.bench import common
 from yasgd.bench.throughput_arms import (B_HYB, BF16, FP32, GFLOP_PER_IMAGE, IMAGE, Y_HYB)
 
 NAME = "throughput"
+PLOT = f"bench_{NAME}.png"
 
 
 #: 2-rank launches per Horovod setting (full mode), alternating: on a shared machine a whole
@@ -196,7 +197,7 @@ def report(res, out_dir, quick, batch, repeats, warmup, hw=None) -> dict:
     notes.insert(1, f"yasgd.ops backend of the LARS fused step: {', '.join(backends)}"
                  + (" (YASGD_OPS set by the caller)" if os.environ.get("YASGD_OPS") else "") + ".")
     with outputs.together():
-        plot = common.bar_chart(os.path.join(out_dir, "bench_throughput.png"),
+        plot = common.bar_chart(os.path.join(out_dir, PLOT),
                                 [f"{rec['ranks']}r {rec['loop']} [{rec['horovod_settings']}]"
                                  for rec in records], [rec["images_per_s"] for rec in records],
                                 "images/s (median step)", f"ResNet-50 training, {IMAGE} px, batch "
