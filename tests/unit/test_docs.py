@@ -267,6 +267,23 @@ def test_make_test_record_refuses_a_log_without_a_suite(tmp_path, capsys, text, 
     assert "No such file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("make", [lambda p: p.mkdir(), lambda p: os.mkfifo(p)],
+                         ids=["folder", "pipe"])
+def test_make_test_record_refuses_a_record_it_cannot_write(tmp_path, capsys, make):
+    """A folder or a pipe where the record goes: one line before anything is written (a
+    pipe would wait for a reader), this checkout's documents untouched."""
+    log = tmp_path / "make_test.out"
+    log.write_text("OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/unit\n"
+                   "10 passed in 1.00s\n")
+    make(tmp_path / "make_test.log")
+    readme = open(os.path.join(ROOT, "README.md"), "rb").read()
+    assert report.main(["--results", str(tmp_path), "--make-test-log", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"yasgd: error: bench.report: --make-test-log: cannot write its record: "
+                   f"{tmp_path / 'make_test.log'} exists and is not a regular file\n")
+    assert open(os.path.join(ROOT, "README.md"), "rb").read() == readme
+
+
 def _bar(epoch: int, done: int) -> str:
     """What tqdm draws on stderr for rank 0's progress bar: a carriage return, the bar."""
     full = "\u2588" * 5 * done

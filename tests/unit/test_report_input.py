@@ -104,6 +104,17 @@ def test_summary_refuses_invalid_json(results):
     assert _files(results) == before
 
 
+@pytest.mark.parametrize("make", [lambda p: p.mkdir(), lambda p: os.mkfifo(p)],
+                         ids=["folder", "pipe"])
+def test_summary_refuses_a_summary_it_cannot_write_before_reading_anything(results, make):
+    (results / "SUMMARY.md").unlink()
+    make(results / "SUMMARY.md")
+    before = _files(results)
+    _refused(_summary(results), "bench.summary", "--out: cannot write SUMMARY.md: ",
+             f"{results / 'SUMMARY.md'} exists and is not a regular file")
+    assert _files(results) == before
+
+
 @pytest.mark.parametrize("name,make,words", [
     ("bench_zzz.json", lambda p: p.mkdir(), ["cannot read it"]),
     ("bench_init.md", lambda p: p.write_bytes(b"# init \xff\n"), ["not UTF-8 text"]),

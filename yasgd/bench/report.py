@@ -170,6 +170,9 @@ def main(argv: List[str] = None) -> int:
         try:
             if log is not None:
                 recorded.append(read_log(which, log))
+                problem = outputs.file_problem(os.path.join(args.results, recorded[-1][0]))
+                if problem:             # a folder or a pipe where the record goes
+                    raise ValueError(f"cannot write its record: {problem}")
         except (OSError, ValueError) as e:
             return ap.fail(f"--make-{which}-log: {e}")
     rec = Records(args.results)     # every JSON record read and checked before anything is
@@ -177,9 +180,9 @@ def main(argv: List[str] = None) -> int:
         rec.check()
     except record_shape.RecordError as e:
         return ap.fail(e)
-    for name, lines in recorded:
-        write_record(args.results, name, lines)
     try:
+        for name, lines in recorded:
+            write_record(args.results, name, lines)
         if args.check:
             bad = stale(REPO, args.results, rec)
             for f, n in bad:

@@ -169,6 +169,9 @@ def main(argv: List[str] = None) -> int:
     args = ap.parse_args(argv)
     if not os.path.isdir(args.out):
         return ap.fail(f"--out: {args.out} is not a folder")
+    problem = outputs.file_problem(os.path.join(args.out, "SUMMARY.md"))
+    if problem:                 # a folder or a pipe there: said before anything is read
+        return ap.fail(f"--out: cannot write SUMMARY.md: {problem}")
     try:
         found = collect(args.out)
     except RecordError as e:
