@@ -36,7 +36,13 @@ from yasgd import UsageError, writable
 from yasgd.checkpoint_format import fsync as _sync
 from yasgd.supervise import stop_signals
 
-_staged: Optional[List[Tuple[str, str]]] = None
+# each thread's open ``together()`` set: a file another thread writes meanwhile (a bench's
+# worker thread writing a run's spec while the main thread writes a report) is its own
+_local = threading.local()
+
+
+def _staged() -> Optional[List[Tuple[str, str]]]:
+    return getattr(_local, "staged", None)
 
 
 def _host() -> str:
@@ -114,9 +120,10 @@ def file(target: str, mode: Optional[int] = None) -> Iterator[str]:
     except BaseException:
         _remove(tmp)
         raise
-    if _staged is not None:
-        if (tmp, target) not in _staged:  # written twice in one set: the last one counts
-            _staged.append((tmp, target))
+    staged = _staged()
+    if staged is not None:
+        if (tmp, target) not in staged:   # written twice in one set: the last one counts
+            staged.append((tmp, target))
     else:
         _commit([(tmp, target)])
 
@@ -145,14 +152,13 @@ def save_figure(fig, target: str, **kw) -> str:
 
 @contextlib.contextmanager
 def together() -> Iterator[None]:
-    """Files written in the block replace their old files only when the block ends
-    normally, all of them. Nested blocks belong to the outermost one."""
-    global _staged
-    if _staged is not None:
+    """Files written in the block (by this thread) replace their old files only when the
+    block ends normally, all of them. Nested blocks belong to the outermost one."""
+    if _staged() is not None:
         yield
         return
     staged: List[Tuple[str, str]] = []
-    _staged = staged
+    _local.staged = staged
     try:
         yield
     except BaseException:
@@ -160,7 +166,7 @@ def together() -> Iterator[None]:
             _remove(tmp)
         raise
     finally:
-        _staged = None
+        _local.staged = None
     _commit(staged)
 
 

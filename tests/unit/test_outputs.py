@@ -77,6 +77,35 @@ def test_an_object_that_cannot_be_serialised_writes_nothing(tmp_path):
     assert _listing(tmp_path) == ["r.json"]
 
 
+def test_a_set_holds_only_the_files_its_own_thread_writes(tmp_path):
+    """A bench's worker thread writes a run's spec (its process reads it at once) while the
+    main thread writes a report inside a set: the spec is on disk when its write returns,
+    the report's files when the set ends; a set open in another thread holds nothing."""
+    inside, written, seen = threading.Event(), threading.Event(), {}
+
+    def worker():
+        inside.wait(10)
+        outputs.write_json(str(tmp_path / "run.spec.json"), {"overrides": []})
+        seen["spec"] = (tmp_path / "run.spec.json").read_text()
+        with outputs.together():            # the worker's own set, beside the main one
+            outputs.write_text(str(tmp_path / "w.txt"), "w\n")
+            seen["w inside"] = (tmp_path / "w.txt").exists()
+        seen["w after"] = (tmp_path / "w.txt").read_text()
+        written.set()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    with outputs.together():
+        outputs.write_text(str(tmp_path / "report.md"), "report\n")
+        inside.set()
+        assert written.wait(10)
+        assert not (tmp_path / "report.md").exists()
+    t.join(10)
+    assert seen == {"spec": '{\n "overrides": []\n}\n', "w inside": False, "w after": "w\n"}
+    assert (tmp_path / "report.md").read_text() == "report\n"
+    assert _listing(tmp_path) == ["report.md", "run.spec.json", "w.txt"]
+
+
 def test_a_set_replaces_its_old_files_only_all_together(tmp_path):
     _old(tmp_path, "a.json", "a.md")
     with pytest.raises(ValueError):
