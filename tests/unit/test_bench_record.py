@@ -64,8 +64,8 @@ def test_runs_missing_from_the_cache_or_arms_left_out_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("text,why", [
-    ("{}", "its 'code' is not a map of module names to digests"),
-    ("[]", "a JSON list, not an object"),
+    ("{}", "code is missing (must be an object of strings)"),
+    ("[]", "the top level must be an object, got a list"),
     ("{not json", "not JSON")])
 def test_a_run_whose_cache_file_is_not_an_entry_is_refused(tmp_path, text, why):
     """The record holds that run's results; a report without it would lose them."""

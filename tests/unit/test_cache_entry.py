@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from yasgd.bench import cache_entry, runcache, study_plan as plan, study_run
+from yasgd.bench.record_shape import mismatch
 
 YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
 
@@ -35,37 +36,51 @@ def _without(field):
 BAD = {
     "not-json": ("{not json", "not JSON"),
     "empty-file": ("", "not JSON"),
-    "list": ("[]", "a JSON list, not an object"),
-    "null": ("null", "a JSON null, not an object"),
-    "text": ('"a run"', "a JSON str, not an object"),
-    "number": ("3", "a JSON int, not an object"),
-    "code-list": (json.dumps(_entry(code=[1])), "its 'code' is not a map of module names"),
+    "list": ("[]", "the top level must be an object, got a list"),
+    "null": ("null", "the top level must be an object, got null"),
+    "text": ('"a run"', "the top level must be an object, got a string"),
+    "number": ("3", "the top level must be an object, got a number"),
+    "code-list": (json.dumps(_entry(code=[1])), "code must be an object of strings, got a list"),
     "code-digest-number": (json.dumps(_entry(code={"yasgd.schedule": 1})),
-                           "its 'code' is not a map"),
+                           'code["yasgd.schedule"] must be a string, got a number'),
     "no-result": (json.dumps({k: v for k, v in _entry().items() if k != "result"}),
-                  "it has no 'result' object"),
-    "result-list": (json.dumps(_entry(result=[])), "it has no 'result' object"),
-    "val-text": (json.dumps(_entry({"val_top1": "0.9"})), "its result's 'val_top1' is \"0.9\""),
-    "val-percent": (json.dumps(_entry({"val_top1": 90.1})), "its result's 'val_top1' is 90.1"),
+                  "result is missing (must be an object)"),
+    "result-list": (json.dumps(_entry(result=[])), "result must be an object, got a list"),
+    "val-text": (json.dumps(_entry({"val_top1": "0.9"})),
+                 "result.val_top1 must be a number in [0, 1] or null, got a string"),
+    "val-percent": (json.dumps(_entry({"val_top1": 90.1})),
+                    "result.val_top1 must be a number in [0, 1] or null, got a number"),
     "test-nan": (json.dumps(_entry({"test_top1": float("nan")})),
-                 "its result's 'test_top1' is NaN"),
-    "test-flag": (json.dumps(_entry({"test_top1": True})), "its result's 'test_top1' is true"),
+                 "result.test_top1 must be a number in [0, 1] or null, got a number"),
+    "test-flag": (json.dumps(_entry({"test_top1": True})),
+                  "result.test_top1 must be a number in [0, 1] or null, got true"),
     "diverged-text": (json.dumps(_entry({"diverged": "no"})),
-                      "its result's 'diverged' is \"no\""),
-    "wall-negative": (json.dumps(_entry({"wall_s": -1})), "its result's 'wall_s' is -1"),
-    "threads-zero": (json.dumps(_entry({"threads": 0})), "its result's 'threads' is 0"),
-    "threads-float": (json.dumps(_entry({"threads": 1.5})), "its result's 'threads' is 1.5"),
+                      "result.diverged must be a boolean, got a string"),
+    "wall-negative": (json.dumps(_entry({"wall_s": -1})),
+                      "result.wall_s must be a finite number >= 0, got a number"),
+    "wall-infinite": (json.dumps(_entry({"wall_s": float("inf")})),
+                      "result.wall_s must be a finite number >= 0, got a number"),
+    "threads-zero": (json.dumps(_entry({"threads": 0})),
+                     "result.threads must be an integer >= 1, got a number"),
+    "threads-float": (json.dumps(_entry({"threads": 1.5})),
+                      "result.threads must be an integer >= 1, got a number"),
     "curve-no-top1": (json.dumps(_entry({"curve": [{"epoch": 4}]})),
-                      "its result's 'curve' is [{\"epoch\": 4}]"),
-    "curve-dict": (json.dumps(_entry({"curve": {"epoch": 4}})), "its result's 'curve' is"),
-    "result-code-list": (json.dumps(_entry({"code": []})), "its result's 'code' is []"),
-    "env-text": (json.dumps(_entry({"env": "cpu"})), "its result's 'env' is \"cpu\""),
+                      "result.curve[0].val_top1 is missing (must be a number in [0, 1])"),
+    "curve-epoch-nan": (json.dumps(_entry({"curve": [{"epoch": float("nan"), "val_top1": 0.5}]})),
+                        "result.curve[0].epoch must be a finite number, got a number"),
+    "curve-dict": (json.dumps(_entry({"curve": {"epoch": 4}})),
+                   "result.curve must be a list of objects, got an object"),
+    "result-code-list": (json.dumps(_entry({"code": []})),
+                         "result.code must be an object of strings, got a list"),
+    "env-text": (json.dumps(_entry({"env": "cpu"})), "result.env must be an object, got a string"),
+    # the line names what is wrong, never the value: a long one leaves it one short line
     "long-value": (json.dumps(_entry({"val_top1": "x" * 500})),
-                   "its result's 'val_top1' is \"" + "x" * 36 + "...)"),
+                   "result.val_top1 must be a number in [0, 1] or null, got a string)"),
 }
 # every field the searches, tables and plots read from a run's result
 READ = ["val_top1", "test_top1", "diverged", "wall_s", "threads", "curve", "code", "env"]
-BAD.update({f"no-{f}": (json.dumps(_without(f)), f"its result has no '{f}'") for f in READ})
+BAD.update({f"no-{f}": (json.dumps(_without(f)), f"result.{f} is missing (must be ")
+            for f in READ})
 
 
 def test_a_well_formed_entry_of_this_code_is_served(tmp_path, capsys):
@@ -108,7 +123,7 @@ def test_the_check_passes_every_run_the_benches_recorded():
     assert len(names) > 100
     for n in names:
         with open(os.path.join(root, n)) as f:
-            assert cache_entry.malformed(json.load(f)) is None, n
+            assert mismatch(json.load(f), cache_entry.ENTRY) is None, n
 
 
 def test_the_run_of_a_bad_entry_trains_again_and_its_entry_replaces_it(tmp_path, monkeypatch,

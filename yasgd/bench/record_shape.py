@@ -3,7 +3,7 @@
 cannot be read, is no JSON, or lacks or mistypes a field is one line naming the file and the
 field (:class:`RecordError`), before anything is written.
 
-A shape is a leaf (STR, NUM, INT, BOOL, ANY), a dict (an object holding those keys; a key
+A shape is a leaf (STR, NUM, INT, BOOL, ANY; FINITE, FRACTION, SECONDS, COUNT), a dict (an object holding those keys; a key
 ending in "?" may be absent), ``[shape]`` or :class:`ListOf` (a list of such items),
 :class:`MapOf` (an object whose keys are data, its values of one shape) or :class:`Maybe`
 (the shape, or null).
@@ -11,6 +11,7 @@ ending in "?" may be absent), ``[shape]`` or :class:`ListOf` (a list of such ite
 from __future__ import annotations
 
 import json
+import math
 from typing import Callable, Optional
 
 
@@ -33,6 +34,12 @@ NUM = _Leaf("a number", "numbers", _number)
 INT = _Leaf("an integer", "integers", lambda v: _number(v) and isinstance(v, int))
 BOOL = _Leaf("a boolean", "booleans", lambda v: isinstance(v, bool))
 ANY = _Leaf("a value", "values", lambda v: True)
+# the bounded numbers of a training bench's cache entries (``cache_entry``)
+FINITE = _Leaf("a finite number", "finite numbers", lambda v: _number(v) and math.isfinite(v))
+FRACTION = _Leaf("a number in [0, 1]", "numbers in [0, 1]", lambda v: _number(v) and 0 <= v <= 1)
+SECONDS = _Leaf("a finite number >= 0", "finite numbers >= 0",
+                lambda v: FINITE.test(v) and v >= 0)
+COUNT = _Leaf("an integer >= 1", "integers >= 1", lambda v: INT.test(v) and v >= 1)
 
 
 class Maybe:
