@@ -205,8 +205,9 @@ def _run(args: argparse.Namespace) -> int:
         config_text.check_no_yaml_alias(args.config)
         config_text.check_overrides(getattr(args, "overrides", None) or ())
     if args.command == "train":
-        import yasgd.data.fit as fit, yasgd.faults as faults
-        faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback
+        import yasgd.data.fit as fit, yasgd.faults as faults, yasgd.supervise as supervise
+        faults.install_stop_handlers()   # before any work: Ctrl-C never ends in a traceback,
+        supervise.keep_stops(faults.Interrupted)    # nor is lost where it lands (an import)
         cfg = config_text.load(args.config, args.overrides)
         config_device.check_training(cfg)               # the rules on the ranks' device
         _check_run_dir(cfg, and_resume=False)           # before Horovod; whole
@@ -269,8 +270,7 @@ def _run(args: argparse.Namespace) -> int:
         from yasgd import simulate
         # --validate and --preset list print one table each and read no other option
         defaults = {"preset": "abci2019", "gpus": 2048, "batch": 81920, "epochs": 90,
-                    "images_per_gpu_s": None, "budget_bytes": None, "plot": None,
-                    "json": None}
+                    "images_per_gpu_s": None, "budget_bytes": None, "plot": None, "json": None}
         alone, own = (("--validate", None) if args.validate else
                       ("--preset list", "preset") if args.preset == "list" else (None, None))
         if alone:
@@ -349,8 +349,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except usage.StdoutError as e:
         return usage.stdout_failed(e)
     except KeyboardInterrupt as e:
-        # Ctrl-C while parsing, or any stop signal to a command but train
-        # (yasgd.supervise.Stopped, which carries the signal)
+        # Ctrl-C while parsing, or any stop signal to a command but train (supervise.Stopped)
         signum = getattr(e, "signum", signal.SIGINT)
         sys.stderr.write("yasgd: interrupted\n" if signum == signal.SIGINT else
                          f"yasgd: stopped by {signal.Signals(signum).name}\n")
@@ -380,10 +379,11 @@ def _main(argv: List[str]) -> int:
         return status
     except UsageError as e:
         return usage.error("", e)        # one line, whatever the message holds (a path's newline)
-    except KeyboardInterrupt:
-        raise                               # main() reports it
-    except BaseException as e:
-        from yasgd import faults
+    except BaseException as caught:
+        from yasgd import dropped_stops, faults
+        e = dropped_stops.cause(caught)     # a stop dropped on its way, not the error after it
+        if isinstance(e, KeyboardInterrupt):
+            raise e                         # main() reports it
         if isinstance(e, (faults.Terminated, faults.Interrupted)):
             return faults.report_stop(e)
         if not isinstance(e, Exception):

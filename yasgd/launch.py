@@ -26,7 +26,9 @@ signal kills the whole job at once (exit 128 + its number; the previous
 checkpoint is intact), and so does ``--stop-timeout`` (default 120 s) when the job
 has not ended that long after the first: the launcher never waits for good on
 ranks that do not stop. A signal before any rank started ends the launcher at once
-(exit 128 + its number) with one line. A launcher killed outright (SIGKILL, the
+(exit 128 + its number) with one line; its own helpers (the checks of a yasgd command)
+run in a session of their own and end with it (:func:`run_helper`). A rank of a yasgd
+command that is still starting gets SIGTERM instead (:func:`signal_for_yasgd`). A launcher killed outright (SIGKILL, the
 out-of-memory killer) takes its job with it: mpirun gets SIGTERM when the launcher
 dies (``PR_SET_PDEATHSIG``) and ends its ranks. A job that finished before the
 signal took effect exits 0. A bad argument
@@ -45,6 +47,7 @@ before it exits, ends a failed job soon after the failure.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -54,8 +57,8 @@ import tempfile
 from typing import List, Optional
 
 from yasgd import UsageError, argtypes, usage
-from yasgd.supervise import (STOP_FILE_ENV, STOP_TIMEOUT_S, Stopped, say, stop_by_unwinding,
-                             supervise)
+from yasgd.supervise import (STOP_FILE_ENV, STOP_TIMEOUT_S, Stopped, child_setup, say,
+                             stop_by_unwinding, stop_signals, supervise)
 
 
 
@@ -129,6 +132,35 @@ def mpirun_command(np_: int, command: List[str], env_vars: Optional[List[str]] =
     return cmd + command
 
 
+def run_helper(cmd: List[str], env: dict, timeout: Optional[float] = None,
+               **popen) -> subprocess.CompletedProcess:
+    """``subprocess.run`` for the launcher's own helpers, before any rank starts. A helper
+    runs in a session of its own: a Ctrl-C (SIGINT to the terminal's process group)
+    reaches the launcher alone, which stops (:class:`Stopped`) and kills the helper; one
+    that got the signal itself would print its interpreter's traceback (or, early in its
+    start, "Fatal Python error: init_import_site") beside the launcher's one line. It is
+    started with the stop signals blocked, so that a stop cannot land inside ``Popen``,
+    where nothing would end the helper, and it is tied to the launcher (SIGTERM when the
+    launcher dies, however it dies)."""
+    sigs = stop_signals()
+    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True,
+                                preexec_fn=child_setup(sigs), **popen)
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+        raise
+    with proc:
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)  # a stop held back lands here
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):     # its session, all of it
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 COMMON_SH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                          "jobs", "common.sh")
 
@@ -138,8 +170,11 @@ def with_tuning_defaults(env: dict) -> dict:
     (the file only fills in unset variables). Unchanged when the file is absent."""
     if not os.path.isfile(COMMON_SH):
         return env
-    out = subprocess.run(["bash", "-c", 'source "$1" && env -0', "_", COMMON_SH], env=env,
-                         capture_output=True, timeout=30)
+    try:
+        out = run_helper(["bash", "-c", 'source "$1" && env -0', "_", COMMON_SH], env,
+                         timeout=30, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"yasgd.launch: error: sourcing {COMMON_SH} took over 30 s")
     if out.returncode != 0:
         raise SystemExit(f"yasgd.launch: error: sourcing {COMMON_SH} failed: "
                          f"{out.stderr.decode(errors='replace').strip()}")
@@ -217,18 +252,18 @@ def _launch(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         # a yasgd command's arguments are checked once, here, by its own parser: one line
         # (or its --help, its --version, once), not the same line from every rank and then
         # mpirun's report of the failed job (in a child: yasgd.cli imports this module)
-        parsed = subprocess.run([sys.executable, "-c", "import sys; from yasgd.cli import parse; "
-                                 "parse(sys.argv[1:])", *argv], env=env)
+        parsed = run_helper([sys.executable, "-c", "import sys; from yasgd.cli import parse; "
+                             "parse(sys.argv[1:])", *argv], env)
         if parsed.returncode != 0 or {"-h", "--help", "--version"} & set(argv):
             return parsed.returncode
     train = argv[1:] if argv is not None and argv[:1] == ["train"] else None
     if train is not None:
         # a training's config for this world size, its run directory, its data and its
         # ranks' memory on this host are checked once, here, too
-        check = subprocess.run([sys.executable, "-m", "yasgd.cli", "check-config", *train,
-                                "--world-size", str(args.np), "--run-dir", "--data",
-                                "--ranks-on-host", str(args.np)], env=env,
-                               capture_output=True, text=True)
+        check = run_helper([sys.executable, "-m", "yasgd.cli", "check-config", *train,
+                            "--world-size", str(args.np), "--run-dir", "--data",
+                            "--ranks-on-host", str(args.np)], env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if check.returncode == 2:
             sys.stderr.write(check.stderr)
             return 2
@@ -267,7 +302,29 @@ def _launch(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             p.error(str(e))
     with tempfile.TemporaryDirectory(prefix="yasgd-launch-") as tmp:
         env[STOP_FILE_ENV] = os.path.join(tmp, "stopped")
-        return supervise(cmd, env, args.timeout, stop_timeout=args.stop_timeout)
+        ranks = {"signal_for": signal_for_yasgd} if argv is not None else {}
+        return supervise(cmd, env, args.timeout, stop_timeout=args.stop_timeout, **ranks)
+
+
+def signal_for_yasgd(pid: int, signum: int) -> int:
+    """What a stop sends a rank of a yasgd command: ``signum`` once the rank catches
+    SIGTERM, else SIGTERM. yasgd's stop handlers take both signals from early in every
+    command; a rank without them is still starting (the interpreter, its imports), where a
+    SIGINT is Python's KeyboardInterrupt, and inside the interpreter's own start-up a fatal
+    error with a traceback ("init_import_site"). SIGTERM's default action ends such a rank
+    at once, without a word; the launcher reports the stop."""
+    return signum if catches(pid, signal.SIGTERM) else signal.SIGTERM
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``signum`` (``SigCgt`` in
+    ``/proc/PID/status``); False for a process that is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = [line.split()[1] for line in f if line.startswith("SigCgt:")]
+        return bool(int(caught[0], 16) >> (signum - 1) & 1)
+    except (OSError, IndexError, ValueError):
+        return False
 
 
 def yasgd_arguments(command: List[str]) -> Optional[List[str]]:

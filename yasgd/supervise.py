@@ -31,12 +31,14 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Type
 
+from yasgd import dropped_stops
+
 STOP_FILE_ENV = "YASGD_STOP_FILE"   # yasgd.faults.STOP_FILE_ENV (not imported: no numpy here)
 POLL_S = 0.5          # how often the supervisor looks at mpirun and its ranks
 STUCK_AFTER_S = 30.0  # a launcher with no rank left this long has hung: see _wait
 STOP_TIMEOUT_S = 120.0  # --stop-timeout's default: the watchdog's floor (yasgd.watchdog)
 CLEANUP_S = 30.0      # how long a command that stops by unwinding may take to clean up
-AGAIN_S = 0.01        # a stop that landed in a finaliser is sent again this much later
+AGAIN_S = 0.01        # a stop dropped where it landed is sent again this much later
 PR_SET_PDEATHSIG = 1
 
 
@@ -59,7 +61,7 @@ class ChildStopped(SystemExit):
 def stop_by_unwinding(stopped: Type[Stopped] = Stopped) -> Dict[int, object]:
     """From here on every stop signal (:func:`stop_signals`) raises ``stopped`` where it
     lands; the handlers it replaced, to put back. The first one bounds the clean-up
-    (:func:`_watch`); one that lands in a finaliser is not lost (:func:`_stop_again`).
+    (:func:`_watch`); one dropped where it lands is not lost (:func:`keep_stops`).
     Processes that ``multiprocessing`` forks (gluon's DataLoader) are set up by
     :func:`worker_setup`; any other forked with the handler raises :class:`ChildStopped`."""
     owner = os.getpid()
@@ -69,12 +71,9 @@ def stop_by_unwinding(stopped: Type[Stopped] = Stopped) -> Dict[int, object]:
             raise ChildStopped(signum)
         _events.put(("stop", signum))
         raise stopped(signum)
-    if not _watcher:
-        _watcher.append(threading.Thread(target=_watch, daemon=True))
-        _watcher[0].start()
+    keep_stops(stopped, ChildStopped)
     if not _hooked:
         from multiprocessing import util
-        sys.unraisablehook = _stop_again(sys.unraisablehook)
         # keyed on this module, which lives as long as the process
         util.register_after_fork(sys.modules[__name__],
                                  lambda _: worker_setup(os.getppid()))
@@ -119,8 +118,8 @@ _events: "queue.SimpleQueue" = queue.SimpleQueue()
 def _watch() -> None:
     """A thread of its own: ``CLEANUP_S`` seconds after the first stop, ends a process whose
     clean-up has not ended (a pool waiting for good on a worker) with 128 + N and one line,
-    whatever call the main thread waits in; sends a stop that landed in a finaliser
-    (:func:`_stop_again`) to the main thread again. It blocks the stop signals: one the
+    whatever call the main thread waits in; sends a stop dropped where it landed
+    (:func:`keep_stops`) to the main thread again. It blocks the stop signals: one the
     kernel gave it would wait until the main thread next ran Python code."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     main, first, deadline = threading.main_thread().ident, None, None
@@ -151,19 +150,14 @@ def _end_watch() -> None:
     _watcher.clear()
 
 
-def _stop_again(hook: Callable) -> Callable:
-    """``sys.unraisablehook`` for :func:`stop_by_unwinding`: a stop raised in a finaliser
-    (MXNet frees arrays in ``NDArray.__del__``) cannot propagate, and Python would print
-    it and go on. It is not printed; :func:`_watch` sends the signal again a moment later
-    (from here, the handler would run inside the finaliser again). Others go to ``hook``."""
-    def on_unraisable(unraisable) -> None:
-        exc = unraisable.exc_value
-        if isinstance(exc, (Stopped, ChildStopped)):
-            if not sys.is_finalizing():
-                _events.put(("again", exc.signum))
-            return
-        hook(unraisable)
-    return on_unraisable
+def keep_stops(*kinds: type) -> None:
+    """A stop of ``kinds`` that a finaliser or C code drops where it lands (numpy's
+    ``import_array`` as opencv is imported, MXNet's ``NDArray.__del__``) is not printed:
+    :func:`_watch` sends its signal again a moment later (:mod:`yasgd.dropped_stops`)."""
+    if not _watcher:
+        _watcher.append(threading.Thread(target=_watch, daemon=True))
+        _watcher[0].start()
+    dropped_stops.keep(kinds, lambda signum: _events.put(("again", signum)))
 
 
 def stop_signals() -> List[int]:
@@ -298,9 +292,9 @@ def die_with_parent(parent: Optional[int] = None) -> Optional[Callable[[], None]
     return preexec
 
 
-def _child_setup(unblock: List[int]) -> Callable[[], None]:
-    """The ``preexec_fn`` of the launched command: ``unblock`` unblocked (the launcher
-    blocks them while it starts the command), then :func:`die_with_parent`'s (mpirun, on
+def child_setup(unblock: List[int]) -> Callable[[], None]:
+    """The ``preexec_fn`` of a command the launcher starts: ``unblock`` unblocked (the
+    launcher blocks them while it starts the command), then :func:`die_with_parent`'s (mpirun, on
     SIGTERM, ends its ranks)."""
     tie = die_with_parent()
 
@@ -313,7 +307,10 @@ def _child_setup(unblock: List[int]) -> Callable[[], None]:
 
 def supervise(cmd: List[str], env: dict, timeout: Optional[float],
                stuck_after: float = STUCK_AFTER_S,
-               stop_timeout: float = STOP_TIMEOUT_S) -> int:
+               stop_timeout: float = STOP_TIMEOUT_S,
+               signal_for: Callable[[int, int], int] = lambda pid, signum: signum) -> int:
+    """mpirun's (``cmd``'s) exit status, or the launcher's (128 + a stop signal, 124);
+    ``signal_for(rank pid, signal)``: what a stop sends that rank."""
     _end_watch()    # one thread: mpirun gets its parent-death SIGTERM once
     signals: List[int] = []
     first_at: List[float] = []
@@ -330,7 +327,7 @@ def supervise(cmd: List[str], env: dict, timeout: Optional[float],
         forward = signal.SIGTERM if signum == signal.SIGHUP else signum
         ranks = rank_pids(job[0].pid)
         for pid in ranks:
-            _kill(pid, forward)
+            _kill(pid, signal_for(pid, forward))
         if not ranks:   # nothing started yet: stop mpirun itself
             _kill(-job[0].pid, signal.SIGTERM)
 
@@ -354,7 +351,7 @@ def supervise(cmd: List[str], env: dict, timeout: Optional[float],
         for sig in sigs:
             signal.signal(sig, on_signal)
         job.append(subprocess.Popen(cmd, env=env, start_new_session=True,
-                                    preexec_fn=_child_setup(sigs)))
+                                    preexec_fn=child_setup(sigs)))
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
     rc = _wait(job[0], timeout, stuck_after,

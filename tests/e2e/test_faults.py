@@ -242,6 +242,36 @@ def test_ctrl_c_during_start_up_exits_130_without_traceback(tmp_path, procs):
     assert_no_traceback(p)
 
 
+# the signal sent at the moment opencv's module, imported by MXNet, imports numpy's core
+# (numpy's import_array): what interrupts that import is printed and replaced by an
+# ImportError, which MXNet takes for "no opencv"
+AT_OPENCVS_IMPORT = """
+import os, signal, sys
+def hook(event, args):
+    if event == "import" and args[0] == "numpy._core._multiarray_umath" and not fired:
+        fired.append(open(sys.argv[1], "w").close())
+        os.kill(os.getpid(), signal.SIGINT)
+fired = []
+sys.addaudithook(hook)
+from yasgd.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_ctrl_c_that_lands_where_c_code_drops_it_still_stops_the_start_up(tmp_path, procs):
+    mark = tmp_path / "signalled"
+    run = tmp_path / "runs"
+    run.mkdir()
+    p = Proc(tmp_path, [sys.executable, "-c", AT_OPENCVS_IMPORT, str(mark), "train",
+                        os.path.join(ROOT, "examples", "configs", "tiny.yaml"), f"run.dir={run}"],
+             tag="dropped")
+    procs.append(p)
+    assert p.wait() == 130, p.tail()
+    assert mark.exists(), "the signal was not sent: opencv no longer imports numpy's core so"
+    assert p.err == "yasgd: stopped by SIGINT before training started (no checkpoint)\n", p.tail()
+    assert p.out == "" and os.listdir(run) == []
+
+
 # -- a closed terminal ----------------------------------------------------------------------
 def test_a_closed_terminal_stops_the_launched_job_with_a_checkpoint(data_root, tmp_path):
     """The launcher on a pseudo-terminal of its own, as in an ssh session; closing the

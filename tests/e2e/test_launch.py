@@ -46,6 +46,7 @@ from yasgd import launch, supervise  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_resume import wait_until  # noqa: E402
+from test_stop_signals import _cmdline  # noqa: E402
 
 SEND = """
 import numpy as np
@@ -371,28 +372,75 @@ def test_a_launcher_killed_outright_takes_its_ranks_with_it(tmp_path, launchers)
     _gone(job, 20)
 
 
-def test_ctrl_c_while_the_launcher_starts_is_one_line(tmp_path):
-    # a training's config is checked in a child before mpirun starts: Ctrl-C (SIGINT to
-    # the launcher's process group, the child's too) while that child runs
+def _ctrl_c_once(tmp_path, seen, what, **extra_env):
+    """Ctrl-C (SIGINT to its process group) to a launch of a tiny training as soon as
+    ``seen(launcher pid)`` finds processes: (exit status, stdout, stderr, what it found)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    env.update(extra_env)
     proc = subprocess.Popen([YASGD, "launch", "-np", "2", "--timeout", "60", "--", YASGD,
                              "train", "examples/configs/tiny.yaml", f"run.dir={tmp_path}"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
-        deadline, child = time.monotonic() + 30, []
-        while not child and time.monotonic() < deadline and proc.poll() is None:
-            child = supervise._live_children(proc.pid)
-            time.sleep(0.002)
-        assert child, "the launcher started no child"
+        deadline, found = time.monotonic() + 60, []
+        while not found and time.monotonic() < deadline and proc.poll() is None:
+            found = seen(proc.pid)
+        assert found, f"no {what} was seen"
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
-            for pid in [proc.pid] + supervise._children().get(proc.pid, []):
+            for pid in [proc.pid] + supervise.descendants(proc.pid):
                 os.kill(pid, signal.SIGKILL)
             proc.wait(timeout=30)
-    assert proc.returncode == 130, err
+    return proc.returncode, out, err, found
+
+
+def test_ctrl_c_while_the_ranks_start_is_no_traceback(tmp_path):
+    # a rank's Python catches SIGINT from early in its start-up (as KeyboardInterrupt: in
+    # the interpreter's own start-up a fatal error with a traceback, later a traceback or
+    # "yasgd: interrupted"), yasgd's stop handlers SIGTERM too: until they do, a stop sends
+    # the rank SIGTERM, which ends it without a word
+    rc, out, err, _ = _ctrl_c_once(tmp_path, lambda launcher: [
+        r for r in supervise.rank_pids(launcher)
+        if launch.catches(r, signal.SIGINT) and not launch.catches(r, signal.SIGTERM)],
+        "rank starting")
+    assert rc == 130, err
+    assert "yasgd.launch: job stopped by SIGINT" in err, err
+    for word in ("Traceback", "Fatal Python error", "KeyboardInterrupt", "yasgd: interrupted"):
+        assert word not in err, err
+    assert not os.listdir(tmp_path), os.listdir(tmp_path)
+
+
+# what the launcher runs before mpirun, each found by its command line: a yasgd command's
+# arguments checked by its parser, a training's config checked for the world size, the
+# tuning defaults read from jobs/common.sh
+HELPERS = {"parse": "from yasgd.cli import parse", "check-config": "check-config",
+           "common.sh": "env -0"}
+
+
+@pytest.mark.parametrize("helper", sorted(HELPERS))
+def test_ctrl_c_while_the_launcher_starts_is_one_line(tmp_path, helper):
+    # Ctrl-C (SIGINT to the launcher's process group) while the helper runs: it is in a
+    # session of its own, so the signal reaches the launcher alone, which ends the helper.
+    # A helper that got it printed its interpreter's "Fatal Python error: init_import_site"
+    # or a KeyboardInterrupt traceback, depending on the moment it landed
+    sessions = {}
+
+    def helper_seen(launcher):
+        for c in supervise._live_children(launcher):
+            fields = supervise._stat(f"/proc/{c}/stat")
+            if fields and HELPERS[helper] in _cmdline(c):
+                sessions[c] = int(fields[3])
+        return list(sessions)
+    # bash reads $BASH_ENV first: the shell that reads jobs/common.sh lasts long enough to be
+    # seen, however loaded this host is (the two others are Python's start, hundreds of ms)
+    slow = tmp_path.parent / f"{tmp_path.name}-bash-env"
+    slow.write_text("sleep 2\n")
+    rc, out, err, child = _ctrl_c_once(tmp_path, helper_seen, f"{helper} helper",
+                                       BASH_ENV=str(slow))
+    assert sessions[child[0]] == child[0], (sessions, child)     # it leads a session
+    assert rc == 130, err
     assert err == "yasgd.launch: stopped by SIGINT before any rank started\n", err
     assert out == "" and os.listdir(tmp_path) == []
     assert not [p for p in child if supervise._live(supervise._stat(f"/proc/{p}/stat"))]

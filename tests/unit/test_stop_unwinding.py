@@ -117,6 +117,79 @@ def test_a_stop_that_lands_in_a_finaliser_is_not_lost(where, tmp_path):
     assert "Exception ignored" not in err and "Traceback" not in err, err
 
 
+# C code that runs Python code and prints what it raises (PyErr_Print), then goes on: as
+# numpy's import_array does with whatever interrupts its import of numpy's core
+LANDS_IN_C = """
+        import ctypes
+        def printed_by_c(sig):
+            code = f"import os\\nos.kill(os.getpid(), {int(sig)})\\nfor _ in range(10**4): pass\\n"
+            return ctypes.pythonapi.PyRun_SimpleString(code.encode())
+"""
+
+
+def test_a_stop_that_c_code_prints_and_drops_is_not_lost(tmp_path):
+    rc, out, err = _run(LANDS_IN_C + """
+        try:
+            print("dropped", printed_by_c(signal.SIGTERM), flush=True)
+            time.sleep(10)
+            print("not stopped", flush=True)
+        except supervise.Stopped as e:
+            print("stopped", e.signum, flush=True)
+            sys.exit(128 + e.signum)
+        """, tmp_path)
+    assert out.split() == ["dropped", "-1", "stopped", str(int(signal.SIGTERM))], (out, err)
+    assert rc == 128 + signal.SIGTERM
+    assert err == "", err
+
+
+def test_trains_stop_before_training_dropped_by_c_code_is_not_lost(tmp_path):
+    # yasgd train's own handler (yasgd.faults) with the hook the CLI adds to it
+    rc, out, err = _run(LANDS_IN_C + """
+        from yasgd import faults
+        faults.install_stop_handlers()
+        supervise.keep_stops(faults.Interrupted)
+        try:
+            print("dropped", printed_by_c(signal.SIGINT), flush=True)
+            time.sleep(10)
+            print("not stopped", flush=True)
+        except faults.Interrupted as e:
+            sys.exit(faults.report_stop(e))
+        """, tmp_path)
+    assert (rc, out.split()) == (130, ["dropped", "-1"]), (out, err)
+    assert err == "yasgd: stopped by SIGINT before training started (no checkpoint)\n", err
+
+
+def test_the_error_raised_in_place_of_a_dropped_stop_is_reported_as_the_stop(tmp_path):
+    # the error reaches the top before the stop is sent again: dropped_stops.cause names the
+    # stop, and blocks the signal sent again, which stays pending instead of landing later
+    rc, out, err = _run(LANDS_IN_C + """
+        from yasgd import dropped_stops
+        printed_by_c(signal.SIGTERM)
+        try:
+            raise ImportError("raised in its place")
+        except BaseException as e:
+            stop = dropped_stops.cause(e)
+        time.sleep(0.5)
+        pending = signal.sigpending()
+        print(type(stop).__name__, stop.signum, signal.SIGTERM in pending, flush=True)
+        print(type(dropped_stops.cause(ValueError())).__name__, flush=True)
+        """, tmp_path)
+    assert (rc, err) == (0, ""), err
+    assert out.split() == ["Stopped", str(int(signal.SIGTERM)), "True", "Stopped"], out
+
+
+def test_a_stop_that_nothing_catches_is_printed_as_ever(tmp_path):
+    # not dropped: it unwound the whole stack; Python prints it and ends as on any signal
+    rc, out, err = _run("""
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10000):
+            pass
+        print("not stopped", flush=True)
+        """, tmp_path)
+    assert out == "" and rc is not None and rc != 0, (rc, out, err)
+    assert "Traceback" in err and "yasgd.supervise.Stopped: SIGTERM" in err, err
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
                          ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_child_forked_outside_multiprocessing_ends_quietly_on_a_stop(sig, tmp_path):
