@@ -380,17 +380,17 @@ def _main(argv: List[str]) -> int:
     except UsageError as e:
         return usage.error("", e)        # one line, whatever the message holds (a path's newline)
     except BaseException as caught:
-        from yasgd import dropped_stops, faults
+        from yasgd import dropped_stops
         e = dropped_stops.cause(caught)     # a stop dropped on its way, not the error after it
         if isinstance(e, KeyboardInterrupt):
             raise e                         # main() reports it
+        from yasgd import faults
         if isinstance(e, (faults.Terminated, faults.Interrupted)):
             return faults.report_stop(e)
         if not isinstance(e, Exception):
             raise
-        from yasgd.checkpoint import CheckpointError
-        from yasgd.train import TrainingError
-        if isinstance(e, (TrainingError, CheckpointError)):
+        import yasgd.checkpoint as checkpoint, yasgd.train as train
+        if isinstance(e, (train.TrainingError, checkpoint.CheckpointError)):
             usage.error("", e)
             return 1
         raise
