@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_resume import (ROOT, SPE, YASGD, common, data_root, descendants, events,  # noqa: E402,F401
                          rank_pid, run_dir, train_steps, wait_until)
 from yasgd import checkpoint  # noqa: E402
+from yasgd.launch import catches  # noqa: E402
 from yasgd.supervise import _live, _stat  # noqa: E402
 from yasgd.watchdog import STALL_EXIT_STATUS  # noqa: E402
 
@@ -236,7 +237,10 @@ def test_ctrl_c_during_start_up_exits_130_without_traceback(tmp_path, procs):
     p = Proc(tmp_path, [YASGD, "train", os.path.join(ROOT, "examples", "configs", "tiny.yaml"),
                         f"run.dir={tmp_path}"], tag="early")
     procs.append(p)
-    time.sleep(0.3)   # importing: long before the training loop
+    # yasgd's stop handlers are in (SIGTERM caught): importing, long before the training
+    # loop. Earlier the process is still in Python's own start, which a fixed delay under a
+    # loaded host could not rule out
+    wait_until(lambda: catches(p.proc.pid, signal.SIGTERM), 60, "the stop handlers")
     p.ctrl_c()
     assert p.wait() == 130, p.tail()
     assert_no_traceback(p)
