@@ -28,10 +28,10 @@ has not ended that long after the first: the launcher never waits for good on
 ranks that do not stop. A signal before any rank started ends the launcher at once
 (exit 128 + its number) with one line; its own helpers (the checks of a yasgd command)
 run in a session of their own and end with it (:func:`run_helper`). A rank of a yasgd
-command that is still starting gets SIGTERM instead (:func:`signal_for_yasgd`). A launcher killed outright (SIGKILL, the
-out-of-memory killer) takes its job with it: mpirun gets SIGTERM when the launcher
-dies (``PR_SET_PDEATHSIG``) and ends its ranks. A job that finished before the
-signal took effect exits 0. A bad argument
+command that is still starting gets SIGTERM, not SIGINT (:func:`signal_for_yasgd`). A
+launcher killed outright (SIGKILL, the out-of-memory killer) takes its job with it:
+mpirun gets SIGTERM when the launcher dies (``PR_SET_PDEATHSIG``) and ends its ranks.
+A job that finished before the signal took effect exits 0. A bad argument
 (``-np 0``, more than 8 ranks a core, no command, one that is not found) is one
 ``yasgd: error: launch: ...`` line and exit status 2; so is a ``yasgd`` command whose
 arguments its own parser refuses, and a ``yasgd train`` command whose config or overrides

@@ -3,8 +3,9 @@
 cannot be read, is no JSON, or lacks or mistypes a field is one line naming the file and the
 field (:class:`RecordError`), before anything is written.
 
-A shape is a leaf (STR, NUM, INT, BOOL, ANY; FINITE, FRACTION, SECONDS, COUNT), a dict (an object holding those keys; a key
-ending in "?" may be absent), ``[shape]`` or :class:`ListOf` (a list of such items),
+A shape is a leaf (STR, NUM, INT, BOOL, ANY; FINITE, FRACTION, SECONDS, COUNT), a dict (an
+object holding those keys; a key ending in "?" may be absent), ``[shape]`` or
+:class:`ListOf` (a list of such items),
 :class:`MapOf` (an object whose keys are data, its values of one shape) or :class:`Maybe`
 (the shape, or null).
 """
