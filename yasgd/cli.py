@@ -1,14 +1,15 @@
 """The ``yasgd`` command: ``yasgd train | check-config | launch | data | jobs | simulate |
 bench | provenance`` (``yasgd launch`` is :func:`yasgd.launch.main`, which keeps its own
-parser so that ``python -m yasgd.launch`` works without this module). Its parsers, the
-launcher's and the maintainers' ``python -m`` tools' are :class:`yasgd.usage.Parser`.
+parser so that ``python -m yasgd.launch`` works without this module). Its parser is
+:func:`yasgd.cli_args.parser`; it, the launcher's and the maintainers' ``python -m`` tools'
+are :class:`yasgd.usage.Parser`.
 
 Every subcommand turns its arguments into explicit keyword arguments of a library
 function. A :class:`yasgd.UsageError` becomes one line on stderr and exit status 2;
 a training error (non-finite loss, unusable checkpoint) one line and status 1; a
 run stopped by SIGTERM (checkpoint written) one line and status 143; a failed ``yasgd
 preflight`` check (the node, the build or the network) one line and status 3. What ``yasgd
---help`` tells users is :data:`DESCRIPTION` and :data:`EPILOG`.
+--help`` tells users is in :mod:`yasgd.cli_args`.
 """
 from __future__ import annotations
 
@@ -20,160 +21,10 @@ import sys
 from typing import List, Optional
 
 from yasgd import UsageError, argtypes, config_device, config_text, usage
+from yasgd.cli_args import BENCHES, STUDY_BENCHES, SIMULATE_DEFAULTS, parser as _parser
 
-BENCHES = ("optimizer", "allreduce", "init", "throughput", "data", "largebatch", "overlap",
-           "ablation")
-STUDY_BENCHES = ("largebatch", "ablation")   # the cached training studies
-
-DESCRIPTION = """\
-yasgd trains ResNet-50 at large mini-batches with LARS, data-parallel over MPI ranks
-(MXNet Gluon + Horovod): a reproduction of Fujitsu's "Yet Another Accelerated SGD"
-(Yamazaki et al., 2019). A run is one YAML config plus section.key=value overrides,
-checked before any work starts; bad input stops with one "yasgd: error:" line and
-exit status 2."""
-
-EPILOG = """\
-examples:
-  yasgd check-config examples/configs/demo.yaml --world-size 2
-  yasgd train examples/configs/demo.yaml                        # one rank
-  yasgd launch -np 2 -- yasgd train examples/configs/demo.yaml  # two ranks on this host
-
-"yasgd COMMAND --help" describes a command. README.md has the quick start, the
-deviations from the paper and the file map; docs/ covers clusters and job scripts,
-data preparation, operations (checkpoints, resume, signals), benchmarks, large-batch
-training, the scaling model and the design."""
-
-LAUNCH_USAGE = "yasgd launch -np N [--timeout S] [--gloo] ... -- COMMAND"
-OVERRIDES = "section.key=value"
+__all__ = ["BENCHES", "STUDY_BENCHES", "main", "parse"]
 STAMP = "YYYYmmdd-HHMMSS"       # as wide as the time stamp of a run's folder (yasgd.train)
-
-
-class _Parser(usage.Parser):
-    """The one-line usage errors of :mod:`yasgd.usage`; argparse names every positional left
-    unfilled, the optional overrides too, which the line leaves out."""
-
-    hidden = (f", {OVERRIDES}",)
-
-
-def _path(text: str) -> str:
-    """A file or folder argument: any path but the empty one (read as "here" or as none)."""
-    if not text:
-        raise argparse.ArgumentTypeError("must be a path, got ''")
-    return text
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="yasgd", description=DESCRIPTION, epilog=EPILOG,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action=argtypes.VersionAction)
-    sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="command")
-
-    t = sub.add_parser("train", help="train from a YAML config (1 rank, or N under mpirun/horovodrun)")
-    t.add_argument("config", type=_path, help="YAML config file (see examples/configs/)")
-    t.add_argument("overrides", nargs="*", metavar=OVERRIDES)
-
-    c = sub.add_parser("check-config", help="load and validate a config for a world size, print it resolved")
-    c.add_argument("config", type=_path)
-    c.add_argument("overrides", nargs="*", metavar=OVERRIDES)
-    c.add_argument("--world-size", type=argtypes.integer(1), default=1, help="ranks (>= 1)")
-    c.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
-                   help="what the ranks compute on, for the rules that depend on it "
-                        "(auto: gpu where nvidia-smi lists GPUs on this host, else cpu)")
-    c.add_argument("--data", action="store_true",
-                   help="also check that the dataset the config names is on this host (what "
-                        "train checks before it starts; yasgd launch asks for it)")
-    c.add_argument("--run-dir", action="store_true", help="also check run.dir and the checkpoint "
-                   "run.resume chooses on this host (train's checks; yasgd launch asks for them)")
-    c.add_argument("--ranks-on-host", type=argtypes.integer(1), metavar="N", help="also check "
-                   "that N CPU ranks fit this host's memory (train's check; launch passes -np)")
-
-    # for --help only: main() hands "yasgd launch ..." (a command after --) to launch.main
-    sub.add_parser("launch", help=f"run N ranks of a command on this host through mpirun: "
-                                  f"{LAUNCH_USAGE}", add_help=False)
-
-    d = sub.add_parser("data", help="dataset tools")
-    dsub = d.add_subparsers(dest="data_command", required=True)
-    r = dsub.add_parser("im2rec", help="ImageNet-layout folder -> train/val RecordIO")
-    r.add_argument("src", type=_path,
-                   help="folder with train/<class>/*.JPEG and val/<class>/*.JPEG")
-    r.add_argument("dst", type=_path,
-                   help="output folder for train/val .rec/.idx/.digests, classes.txt")
-    r.add_argument("--resize", type=argtypes.integer(0, "pixels"), default=256,
-                   help="shorter side in pixels (0 = keep)")
-    r.add_argument("--quality", type=argtypes.integer(1, hi=100), default=95, help="JPEG quality 1..100")
-    r.add_argument("--workers", type=argtypes.per_core("worker processes"), default=2,
-                   help="encoding processes")
-    r.add_argument("--verify", action="store_true", help="read every record back")
-    r.add_argument("--no-progress", action="store_true")
-    v = dsub.add_parser("verify", help="check every record of a .rec/.idx pair (exit 1: damaged)")
-    v.add_argument("prefix", type=_path, help="path without extension, e.g. data/train")
-    v.add_argument("--headers-only", action="store_true",
-                   help="fast: record framing and header only (no digest, no decode)")
-    v.add_argument("--threads", type=argtypes.per_core("threads"), default=2,
-                   help="decoding threads")
-
-    j = sub.add_parser("jobs", help="cluster job scripts")
-    jsub = j.add_subparsers(dest="jobs_command", required=True)
-    for name in ("render", "submit"):
-        jr = jsub.add_parser(name, help=f"{name} a job script for a scheduler")
-        jr.add_argument("--scheduler", choices=("pbs", "uge", "slurm"), required=True)
-        jr.add_argument("--nodes", type=int, required=True)
-        jr.add_argument("--gpus-per-node", type=int, default=None)
-        jr.add_argument("--config", type=_path, required=True)
-        jr.add_argument("--walltime", default=None)
-        jr.add_argument("--group", default=None)
-        jr.add_argument("--queue", default=None)
-        jr.add_argument("--output", "-o", type=_path, default=None,
-                        help="write the script here (default: stdout)")
-        if name == "submit":        # render submits nothing: it would have nothing to do
-            jr.add_argument("--dry-run", action="store_true",
-                            help="print what would be submitted")
-        jr.add_argument("overrides", nargs="*", metavar=OVERRIDES)
-
-    s = sub.add_parser("simulate", help="scaling model of synchronous data-parallel training")
-    s.add_argument("--preset", default="abci2019",
-                   help="the system (`--preset list` prints every preset and its sources)")
-    s.add_argument("--gpus", type=argtypes.integer(1), default=2048)
-    s.add_argument("--batch", type=argtypes.integer(1), default=81920, help="global mini-batch")
-    s.add_argument("--epochs", type=argtypes.positive("epochs"), default=90)
-    s.add_argument("--images-per-gpu-s", type=argtypes.positive(), default=None,
-                   help="per-GPU compute throughput (default: the preset's)")
-    s.add_argument("--budget-bytes", type=argtypes.integer(1), default=None,
-                   help="allreduce group budget")
-    s.add_argument("--plot", type=_path, default=None,
-                   help="write a PNG of efficiency against GPUs and budget "
-                        "(a name ending in .png, or a directory: DIR/simulate.png)")
-    s.add_argument("--json", type=_path, default=None, help="write the prediction as JSON "
-                   "(a directory: DIR/simulate.json)")
-    s.add_argument("--validate", action="store_true", help="print the model against every "
-                   "published run it is tested on (no other argument)")
-
-    b = sub.add_parser("bench", help="benchmarks (make bench-*)")
-    b.add_argument("name", choices=BENCHES)
-    b.add_argument("--out", type=_path, default="results", help="results directory")
-    b.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
-    st = b.add_argument_group("largebatch and ablation (cached training studies)")
-    st.add_argument("--jobs", type=argtypes.per_core("runs", 1), default=None,
-                    help="runs side by side, one process each (default 2, at most one a "
-                         "core)")
-    st.add_argument("--arms", default=None, help="comma-separated arm names (default: all)")
-    st.add_argument("--max-runs", type=argtypes.integer(0, "runs"), default=None, metavar="N",
-                    help="start at most N runs in this sitting")
-    st.add_argument("--stop-after", type=argtypes.positive("minutes", hi=argtypes.YEAR_S // 60), default=None,
-                    metavar="MIN", help="start no run after MIN minutes (runs in flight finish)")
-    st.add_argument("--cache", type=_path, default=None,
-                    help="result cache folder (default OUT/runs_cache)")
-
-    pf = sub.add_parser("preflight", help="check every rank's node before training (GPUs, MXNet "
-                        "kernels, Horovod allreduce); run under the job's launcher")
-    pf.add_argument("--timeout", type=argtypes.seconds(), default=120.0, metavar="S",
-                    help="end the check with an error when a rank has not finished after S "
-                         "seconds (default: 120)")
-
-    pv = sub.add_parser("provenance", help="write provenance.json (environment, versions, git, hosts)")
-    pv.add_argument("run_dir", type=_path)
-    pv.add_argument("--hostfile", type=_path, default=None)
-    return p
 
 
 def _close_horovod_timeline() -> None:
@@ -269,8 +120,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "simulate":
         from yasgd import simulate
         # --validate and --preset list print one table each and read no other option
-        defaults = {"preset": "abci2019", "gpus": 2048, "batch": 81920, "epochs": 90,
-                    "images_per_gpu_s": None, "budget_bytes": None, "plot": None, "json": None}
+        defaults = SIMULATE_DEFAULTS
         alone, own = (("--validate", None) if args.validate else
                       ("--preset list", "preset") if args.preset == "list" else (None, None))
         if alone:

@@ -193,12 +193,15 @@ GRACE = argtypes.integer(0, "seconds", hi=3600)
 def parser(prog: str = "python -m yasgd.launch") -> argparse.ArgumentParser:
     """The launcher's arguments (``yasgd launch`` gives ``prog="yasgd launch"``)."""
     p = usage.Parser(prog=prog, description=__doc__.splitlines()[0],
-                     usage=f"{prog} -np N [--timeout S] [--gloo] [--grace S] "
-                           "[--stop-timeout S] [--no-tuning-defaults] -- COMMAND ...")
+                     usage=f"{prog} -np N [--timeout S] [--gloo] [--grace S] [--stop-timeout S]"
+                           f"\n{' ' * len('usage: ' + prog)} [--no-tuning-defaults] -- COMMAND ...",
+                     epilog=f"examples:\n  {prog} -np 2 -- yasgd train examples/configs/demo.yaml"
+                            f"\n  {prog} -np 2 --timeout 600 -- yasgd preflight",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-np", type=argtypes.integer(1), default=2, metavar="N",
                    help="ranks (default: 2)")
     p.add_argument("--timeout", type=argtypes.seconds(), default=None, metavar="S",
-                   help="kill the job after S seconds (exit status 124)")
+                   help="kill the job after S seconds, exit status 124 (default: no limit)")
     p.add_argument("--gloo", action="store_true", help="use horovodrun --gloo instead of mpirun")
     p.add_argument("--grace", type=GRACE, default=None, metavar="S",
                    help="seconds between mpirun's SIGTERM and SIGKILL to the ranks (default: "
