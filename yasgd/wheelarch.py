@@ -199,14 +199,22 @@ def inspect(wheels: Iterable[str], tool: str, package: str = "") -> dict:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = usage.Parser(prog="python -m yasgd.wheelarch", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    i = sub.add_parser("inspect", help="read the GPU architectures of MXNet CUDA wheels")
-    i.add_argument("wheels", nargs="+")
-    i.add_argument("--cuobjdump", default="cuobjdump")
-    i.add_argument("--package", default="", help="where cuobjdump came from (recorded)")
-    i.add_argument("--out", default="-")
-    d = sub.add_parser("describe", help="which wheels run on a compute capability")
-    d.add_argument("cc", nargs="+")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="command")
+    i = sub.add_parser("inspect", help="read the GPU architectures of MXNet CUDA wheels",
+                       description="List the GPU architectures each MXNet CUDA wheel's "
+                                   "libmxnet.so carries code for (cuobjdump --list-elf), as "
+                                   "the JSON of yasgd/mxnet_cuda_wheels.json.")
+    i.add_argument("wheels", nargs="+", metavar="WHEEL", help="MXNet CUDA wheel files (.whl)")
+    i.add_argument("--cuobjdump", default="cuobjdump", metavar="PATH",
+                   help="the CUDA toolkit's cuobjdump (default: %(default)s on PATH)")
+    i.add_argument("--package", default="", help="where cuobjdump came from, recorded in the "
+                   "JSON (default: none)")
+    i.add_argument("--out", default="-", metavar="FILE",
+                   help="write the JSON here (default: -, standard output)")
+    d = sub.add_parser("describe", help="which wheels run on a compute capability",
+                       description="Name the MXNet 1.9.1 CUDA wheels with GPU code for each "
+                                   "compute capability given (from yasgd/mxnet_cuda_wheels.json).")
+    d.add_argument("cc", nargs="+", metavar="CC", help="compute capabilities, e.g. 7.0 8.0 9.0")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "describe":

@@ -1,15 +1,19 @@
-"""``--help`` of every command: each argument says what it is (and its default, where it has
-one), each command says what it does, and each example the help shows parses. The parsers are
-walked as argparse built them, so a command or option added later is checked too."""
+"""``--help`` of every command (``yasgd ...`` and the ``python -m yasgd.X`` tools the documents
+name): each argument says what it is (and its default, where it has one), each command says
+what it does, and each example the help shows parses. The parsers are walked as argparse
+built them, so a command or option added later is checked too."""
 import argparse
+import glob
+import importlib
 import os
+import re
 import shlex
 import subprocess
 import sys
 
 import pytest
 
-from yasgd import cli_args, launch
+from yasgd import cli_args, launch, usage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
@@ -18,20 +22,55 @@ YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
 _UNSAID = (None, False, argparse.SUPPRESS)
 
 
-def _parsers():
-    """(command as typed, parser) for ``yasgd``, every sub-command and the launcher."""
-    out, todo = [], [("yasgd", cli_args.parser())]
+# tools the documents name that keep plain argparse: modules a cached training run imports
+# (yasgd.usage says why); yasgd.cli and yasgd.launch are walked as `yasgd ...`
+_NOT_WALKED = {"yasgd.ops.build", "yasgd.cli", "yasgd.launch"}
+
+
+def _documented_tools():
+    """Every ``python -m yasgd.X`` that README.md, docs/, the Makefile or jobs/ names."""
+    found = set()
+    for path in [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "Makefile"),
+                 *glob.glob(os.path.join(ROOT, "docs", "*.md")),
+                 *glob.glob(os.path.join(ROOT, "jobs", "*"))]:
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                found |= set(re.findall(r"python -m (yasgd(?:\.[a-z_]+)+)", f.read()))
+    return sorted(found - _NOT_WALKED)
+
+
+class _Built(Exception):
+    pass
+
+
+def _parser_of(module, monkeypatch):
+    """The parser a tool's ``main`` builds, caught as it starts to parse (nothing runs)."""
+    def caught(self, *args, **kwargs):
+        raise _Built(self)
+    with monkeypatch.context() as m:
+        m.setattr(usage.Parser, "parse_args", caught)
+        m.setattr(usage.Parser, "parse_known_args", caught)
+        with pytest.raises(_Built) as built:
+            importlib.import_module(module).main([])
+    return built.value.args[0]
+
+
+def _walk(name, top):
+    """(command as typed, parser) for ``top`` and each of its sub-commands."""
+    out, todo = [], [(name, top)]
     while todo:
         name, p = todo.pop(0)
         out.append((name, p))
         for action in p._actions:
             if isinstance(action, argparse._SubParsersAction):
                 todo += [(f"{name} {sub}", sp) for sub, sp in action.choices.items()
-                         if sp.add_help]     # `launch` here is a line of the list only
-    return out + [("yasgd launch", launch.parser("yasgd launch"))]
+                         if sp.add_help]     # `yasgd launch` here is a line of the list only
+    return out
 
 
-PARSERS = dict(_parsers())
+PARSERS = dict(_walk("yasgd", cli_args.parser())
+               + [("yasgd launch", launch.parser("yasgd launch"))])
+TOOLS = _documented_tools()
 
 
 def test_the_walk_finds_every_command():
@@ -40,24 +79,48 @@ def test_the_walk_finds_every_command():
             "yasgd preflight", "yasgd provenance", "yasgd launch"} <= set(PARSERS)
 
 
-@pytest.mark.parametrize("name", PARSERS)
-def test_every_command_says_what_it_does(name):
-    assert (PARSERS[name].description or "").strip(), name
+def _check_says_what_it_does(name, p):
+    text = " ".join((p.description or "").split())
+    assert text, f"{name}: no description"
+    assert text[-1] in ".)", f"{name}: the description is cut short: {text!r}"
+    assert "``" not in text, f"{name}: the description shows reST markup: {text!r}"
 
 
-@pytest.mark.parametrize("name", PARSERS)
-def test_every_argument_says_what_it_is_and_its_default(name):
+def _check_arguments(name, p):
     bare, no_default = [], []
-    for a in PARSERS[name]._actions:
-        if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)):
+    for a in p._actions:
+        if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)) or \
+                a.help == argparse.SUPPRESS:        # hidden: the tool's own worker options
             continue
         label = "/".join(a.option_strings) or a.dest
-        if not a.help or a.help == argparse.SUPPRESS:
+        if not a.help:
             bare.append(label)
         elif a.option_strings and a.default not in _UNSAID and "default" not in a.help:
             no_default.append(f"{label} (default {a.default!r})")
     assert not bare, f"{name}: no help for {bare}"
     assert not no_default, f"{name}: help does not give the default of {no_default}"
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_every_command_says_what_it_does(name):
+    _check_says_what_it_does(name, PARSERS[name])
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_every_argument_says_what_it_is_and_its_default(name):
+    _check_arguments(name, PARSERS[name])
+
+
+def test_the_documented_tools_are_found():
+    assert {"yasgd.bench.report", "yasgd.bench.summary", "yasgd.simulate.mlperf_logs",
+            "yasgd.wheelarch"} <= set(TOOLS)
+
+
+@pytest.mark.parametrize("module", TOOLS)
+def test_every_documented_tool_says_what_it_and_each_argument_is(module, monkeypatch):
+    for name, p in _walk(f"python -m {module}", _parser_of(module, monkeypatch)):
+        _check_says_what_it_does(name, p)
+        _check_arguments(name, p)
 
 
 def _examples():

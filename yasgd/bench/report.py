@@ -147,9 +147,13 @@ def write(root: str = REPO, results: str = DEFAULT_RESULTS,
 
 
 def main(argv: List[str] = None) -> int:
-    ap = usage.Parser(prog="python -m yasgd.bench.report", description=__doc__.splitlines()[0])
-    ap.add_argument("--results", default=DEFAULT_RESULTS,
-                    help="folder of bench_*.json, paper.json and the recorded logs")
+    ap = usage.Parser(prog="python -m yasgd.bench.report",
+                      description="Write every measured figure of README.md and docs/*.md "
+                                  "(their generated blocks) from the recorded results: the "
+                                  "last step of `make bench`.")
+    ap.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR",
+                    help="folder of bench_*.json, paper.json and the recorded logs (default: "
+                         "the repository's examples/results)")
     ap.add_argument("--check", action="store_true",
                     help="rewrite nothing; exit 1 if a block differs from the records")
     ap.add_argument("--make-train-log", metavar="LOG",

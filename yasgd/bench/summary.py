@@ -164,8 +164,12 @@ def stale(out_dir: str) -> bool:
 
 
 def main(argv: List[str] = None) -> int:
-    ap = usage.Parser(prog="python -m yasgd.bench.summary", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results", help="folder holding bench_*.json/.md")
+    ap = usage.Parser(prog="python -m yasgd.bench.summary",
+                      description="Collect every bench_*.json/bench_*.md in a folder into "
+                                  "its SUMMARY.md: this machine, an index, every acceptance "
+                                  "line, then each benchmark's report (`make bench`).")
+    ap.add_argument("--out", default="results", metavar="DIR",
+                    help="folder holding bench_*.json/.md (default: %(default)s)")
     args = ap.parse_args(argv)
     if not os.path.isdir(args.out):
         return ap.fail(f"--out: {args.out} is not a folder")

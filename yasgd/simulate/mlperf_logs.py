@@ -223,10 +223,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     from yasgd.argtypes import integer
 
     ap = usage.Parser(prog="python -m yasgd.simulate.mlperf_logs",
-                      description=__doc__.split("\n\n")[0])
-    ap.add_argument("folder", help="an MLPerf results folder holding result_*.txt")
-    ap.add_argument("--gpus", type=integer(1), required=True, help="GPUs of the run")
-    ap.add_argument("--batch", type=integer(1), help="global batch, where the logs give none")
+                      description="Read the MLPerf Training ResNet-50 result logs of one run "
+                                  "(mlcommons/training_results_v0.5 on) by the rule "
+                                  "examples/results/mlperf_logs.json records, and print the "
+                                  "run's figures as JSON.")
+    ap.add_argument("folder", metavar="FOLDER",
+                    help="an MLPerf results folder holding result_*.txt")
+    ap.add_argument("--gpus", type=integer(1), required=True, metavar="N",
+                    help="GPUs of the run")
+    ap.add_argument("--batch", type=integer(1), metavar="B",
+                    help="global batch, where the logs give none (default: the logs')")
     args = ap.parse_args(argv)
     try:
         out = read_results(args.folder, args.gpus, args.batch)

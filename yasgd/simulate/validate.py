@@ -211,7 +211,8 @@ def main(argv=None) -> int:
     recorded one first)."""
     from yasgd import usage
     ap = usage.Parser(prog="python -m yasgd.simulate.validate",
-                      description=__doc__.splitlines()[0])
+                      description="Print the scaling model against the published runs it was "
+                                  "not built from (what `yasgd simulate --validate` prints).")
     ap.add_argument("--record", action="store_true",
                     help="rewrite the recorded table (examples/results) first")
     if ap.parse_args(argv).record:
