@@ -13,15 +13,18 @@ preflight`` check (the node, the build or the network) one line and status 3. Wh
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import signal
-import sys
-from typing import List, Optional
+from yasgd.importing import ctrl_c_ends_imports
 
-from yasgd import UsageError, argtypes, config_device, config_text, usage
-from yasgd.cli_args import BENCHES, STUDY_BENCHES, SIMULATE_DEFAULTS, parser as _parser
+with ctrl_c_ends_imports():          # until main() reports a Ctrl-C itself
+    import argparse
+    import json
+    import os
+    import signal
+    import sys
+    from typing import List, Optional
+
+    from yasgd import UsageError, argtypes, config_device, config_text, usage
+    from yasgd.cli_args import BENCHES, STUDY_BENCHES, SIMULATE_DEFAULTS, parser as _parser
 
 __all__ = ["BENCHES", "STUDY_BENCHES", "main", "parse"]
 STAMP = "YYYYmmdd-HHMMSS"       # as wide as the time stamp of a run's folder (yasgd.train)

@@ -46,21 +46,22 @@ before it exits, ends a failed job soon after the failure.
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-from typing import List, Optional
+from yasgd.importing import ctrl_c_ends_imports
 
-from yasgd import UsageError, argtypes, usage
-from yasgd.supervise import (STOP_FILE_ENV, STOP_TIMEOUT_S, Stopped, child_setup, say,
-                             stop_by_unwinding, stop_signals, supervise)
+with ctrl_c_ends_imports():          # until main() takes the stop signals
+    import argparse
+    import contextlib
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    from typing import List, Optional
 
-
+    from yasgd import UsageError, argtypes, usage
+    from yasgd.supervise import (STOP_FILE_ENV, STOP_TIMEOUT_S, Stopped, child_setup, say,
+                                 stop_by_unwinding, stop_signals, supervise)
 
 SINGLE_COPY_VAR = "OMPI_MCA_btl_vader_single_copy_mechanism"
 
