@@ -100,7 +100,7 @@ def _train_parsers(sub) -> None:
                     "the next step with a checkpoint (docs/operations.md).",
         epilog=_examples("yasgd train examples/configs/demo.yaml train.epochs=5",
                          "yasgd launch -np 2 -- yasgd train examples/configs/demo.yaml",
-                         "mpirun -np 8 yasgd train examples/configs/paper.yaml"),
+                         "mpirun -np 8 yasgd train examples/configs/demo.yaml  # on a cluster node"),
         formatter_class=_RAW)
     t.add_argument("config", type=_path, help="YAML config file (see examples/configs/)")
     t.add_argument("overrides", nargs="*", metavar=OVERRIDES, help=OVERRIDES_HELP)
@@ -111,7 +111,9 @@ def _train_parsers(sub) -> None:
                     "for the given world size and device, and print it resolved (every key, "
                     "defaults filled in) with the per-rank batch. Nothing is trained.",
         epilog=_examples("yasgd check-config examples/configs/paper.yaml --world-size 2048 "
-                         "--device gpu"),
+                         "--device gpu",
+                         "yasgd check-config examples/configs/demo.yaml --world-size 8 "
+                         "train.epochs=5"),
         formatter_class=_RAW)
     c.add_argument("config", type=_path, help="YAML config file (see examples/configs/)")
     c.add_argument("overrides", nargs="*", metavar=OVERRIDES, help=OVERRIDES_HELP)

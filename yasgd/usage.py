@@ -84,8 +84,24 @@ class Parser(argparse.ArgumentParser):
         # sub-command that was chosen instead, and points to its help
         ns, extras = self.parse_known_args(args, namespace)
         if extras:
-            self._chosen(ns).error("unrecognized arguments: " + " ".join(extras))
+            chosen = self._chosen(ns)
+            tail = chosen._trailing_list()
+            if tail is not None and not any(e.startswith("-") for e in extras):
+                # argparse fills a positional list in one go: the items given after an
+                # option (`check-config C --world-size 8 train.epochs=5`) come back unparsed;
+                # they belong to the list, in the order typed, as they would before it
+                setattr(ns, tail, [*(getattr(ns, tail) or []), *extras])
+            else:
+                chosen.error("unrecognized arguments: " + " ".join(extras))
         return ns
+
+    def _trailing_list(self) -> Optional[str]:
+        """The destination of this parser's last positional where that takes a list of any
+        length (``nargs="*"`` or ``"+"``: a config's overrides, the files of a tool), else
+        None."""
+        positionals = [a for a in self._actions if not a.option_strings]
+        last = positionals[-1] if positionals else None
+        return last.dest if last is not None and last.nargs in ("*", "+") else None
 
     def _chosen(self, ns: argparse.Namespace) -> argparse.ArgumentParser:
         """The deepest sub-command parser ``ns`` chose (this parser where none)."""

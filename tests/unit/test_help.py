@@ -193,3 +193,26 @@ def test_every_read_only_example_runs(name, words):
                        timeout=120)
     assert p.returncode == 0 and p.stderr == "", (name, p.stderr)
     assert p.stdout.strip()
+
+
+def _trains(words):
+    """(config and overrides, world size) of an example that trains, else None: the ranks
+    are the -np of the mpirun or yasgd launch it runs under (1 where none)."""
+    at = [i for i, w in enumerate(words) if w == "yasgd"][-1]
+    if words[at + 1:at + 2] != ["train"]:
+        return None
+    np = [int(words[i + 1]) for i in range(at) if words[i] == "-np"]
+    return words[at + 2:], (np[-1] if np else 1)
+
+
+TRAINS = [(n, w) for n, w in EXAMPLES if _trains(w)]
+
+
+@pytest.mark.parametrize("name,words", TRAINS, ids=[" ".join(w) for _, w in TRAINS])
+def test_every_training_example_passes_the_checks_for_its_ranks(name, words):
+    # what train checks before it starts, at the example's world size (nothing is trained)
+    args, ranks = _trains(words)
+    p = subprocess.run([YASGD, "check-config", *args, "--world-size", str(ranks)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 0 and p.stderr == "", (name, p.stderr)
+

@@ -69,6 +69,34 @@ def test_an_unknown_option_is_named_by_the_sub_command_chosen(capsys):
     assert ap.parse_args(["jobs", "submit", "--nodes", "2"]).nodes == 2
 
 
+def test_a_list_positional_takes_its_items_after_an_option_too(capsys):
+    # argparse fills `overrides` when it first meets a positional: items typed after an
+    # option would be "unrecognized"; they join the list in the order typed
+    ap = usage.Parser(prog="yasgd")
+    c = ap.add_subparsers(dest="cmd", required=True).add_parser("check-config")
+    c.add_argument("config")
+    c.add_argument("overrides", nargs="*")
+    c.add_argument("--world-size", type=int, default=1)
+    for argv, overrides in (
+            (["C", "a=1", "--world-size", "8", "b=2", "a=3"], ["a=1", "b=2", "a=3"]),
+            (["C", "--world-size", "8", "a=1", "b=2"], ["a=1", "b=2"]),
+            (["--world-size", "8", "C", "a=1"], ["a=1"])):
+        ns = ap.parse_args(["check-config", *argv])
+        assert (ns.config, ns.overrides, ns.world_size) == ("C", overrides, 8)
+    # an option it does not know still ends the parse, with every item left over named
+    with pytest.raises(SystemExit):
+        ap.parse_args(["check-config", "C", "--world-size", "8", "a=1", "--frob"])
+    assert capsys.readouterr().err == ("yasgd: error: check-config: unrecognized arguments: "
+                                       "a=1 --frob (see yasgd check-config --help)\n")
+    # a parser whose last positional is no list keeps argparse's answer
+    p = usage.Parser(prog="yasgd provenance")
+    p.add_argument("run_dir")
+    p.add_argument("--hostfile")
+    with pytest.raises(SystemExit):
+        p.parse_args(["d", "--hostfile", "h", "extra"])
+    assert "unrecognized arguments: extra" in capsys.readouterr().err
+
+
 def _documented_tools():
     """Every ``python -m yasgd.X`` the README, docs/, jobs/ and the Makefile name."""
     found = set()
