@@ -100,7 +100,8 @@ def _train_parsers(sub) -> None:
                     "the next step with a checkpoint (docs/operations.md).",
         epilog=_examples("yasgd train examples/configs/demo.yaml train.epochs=5",
                          "yasgd launch -np 2 -- yasgd train examples/configs/demo.yaml",
-                         "mpirun -np 8 yasgd train examples/configs/demo.yaml  # on a cluster node"),
+                         "mpirun -np 8 yasgd train examples/configs/demo.yaml  # a cluster "
+                         "node"),
         formatter_class=_RAW)
     t.add_argument("config", type=_path, help="YAML config file (see examples/configs/)")
     t.add_argument("overrides", nargs="*", metavar=OVERRIDES, help=OVERRIDES_HELP)
