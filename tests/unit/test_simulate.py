@@ -12,6 +12,7 @@ the per-GPU line) to 5 %; neighbouring per-GPU batches to 2 % (continuity of t(b
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -236,6 +237,34 @@ def test_report_writes_table_json_and_png(tmp_path):
     assert len(d["sweeps"]["gpus"]["ring"]) == 13 and d["sweeps"]["gpu_counts"][-1] == 4096
     assert d["sweeps"]["budgets"][0] == 64 << 10 and d["sweeps"]["budgets"][-1] == 256 << 20
     assert (tmp_path / "sim.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("kw", [dict(preset="abci3", gpus=1_000_000, batch=1_000_000),
+                                dict(preset="abci2019", gpus=1, batch=1),
+                                dict(preset="abci2019", gpus=2048, batch=81920)],
+                         ids=["a million GPUs", "one image", "the paper"])
+def test_report_table_keeps_its_columns_apart(kw):
+    # every row of the table: its 8 cells, at least two spaces apart however long a value is
+    # (the time of a step over a million GPUs ran into its neighbours at fixed widths)
+    lines = sim.report(epochs=90, **kw).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("algorithm"))
+    table = lines[start:lines.index("", start)]
+    assert len(table) >= 5
+    heads = ["algorithm", "iter ms", "comm ms", "exposed", "images/s", "img/s/GPU", "effic.",
+             "time to train"]
+    assert re.split(r" {2,}", table[0]) == heads
+    for row in table[1:]:
+        cells = re.split(r" {2,}", row)
+        if row.startswith("paper"):         # the paper gives no step, communication, exposure
+            assert len(cells) == 5, row
+            continue
+        assert len(cells) == 8, row
+        assert all(re.fullmatch(r"[\d,.]+( M| s|%)?", c) for c in cells[1:]), row
+    # the columns line up: each value ends where its heading does
+    ends = [m.end() for m in re.finditer(r"\S+(?: \S+)*", table[0])]
+    for row in table[1:]:
+        if not row.startswith("paper"):
+            assert [m.end() for m in re.finditer(r"\S+(?: \S+)*", row)][1:] == ends[1:], row
 
 
 def test_fujitsu_cubic_groups():

@@ -22,6 +22,21 @@ def _si(x: float) -> str:
     return f"{x / 1e6:.3f} M" if x >= 1e6 else f"{x:,.0f}"
 
 
+#: the table's columns: heading and the width it has where every value fits it
+_COLUMNS = (("algorithm", 20), ("iter ms", 9), ("comm ms", 9), ("exposed", 9),
+            ("images/s", 12), ("img/s/GPU", 11), ("effic.", 8), ("time to train", 15))
+
+
+def _columns(rows) -> list:
+    """The heading and ``rows`` (lists of cells) as lines: the first column left-aligned,
+    the others right-aligned, each column widened where a value would otherwise run into
+    its neighbour (an hours-long step, millions of GPUs)."""
+    widths = [max([w] + [len(r[i]) + (1 if i == 0 else 2) for r in rows])
+              for i, (_, w) in enumerate(_COLUMNS)]
+    return ["".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+            for r in [[h for h, _ in _COLUMNS], *rows]]
+
+
 def preset_list() -> str:
     """``yasgd simulate --preset list``: every preset, its system and each constant's source."""
     lines = []
@@ -78,21 +93,19 @@ def text(*, preset: str, gpus: int, batch: int, epochs: float,
         + (f"{head['nccl_channels']} channels of {head['sms']} SMs" if head["sms"]
            else "SM share not modelled"),
         "",
-        f"{'algorithm':<20}{'iter ms':>9}{'comm ms':>9}{'exposed':>9}{'images/s':>12}"
-        f"{'img/s/GPU':>11}{'effic.':>8}{'time to train':>15}",
     ]
-    for alg, r in rows.items():
-        mark = " *" if alg == head["algorithm"] else ""
-        lines.append(f"{alg + mark:<20}{r['iteration_s'] * 1e3:>9.2f}{r['comm_s'] * 1e3:>9.2f}"
-                     f"{r['exposed_comm_s'] * 1e3:>9.2f}{_si(r['images_per_s']):>12}"
-                     f"{r['images_per_s_per_gpu']:>11,.0f}{r['efficiency']:>8.1%}"
-                     f"{r['time_to_train_s']:>13.1f} s")
+    table = [[alg + (" *" if alg == head["algorithm"] else ""), f"{r['iteration_s'] * 1e3:.2f}",
+              f"{r['comm_s'] * 1e3:.2f}", f"{r['exposed_comm_s'] * 1e3:.2f}",
+              _si(r["images_per_s"]), f"{r['images_per_s_per_gpu']:,.0f}",
+              f"{r['efficiency']:.1%}", f"{r['time_to_train_s']:.1f} s"]
+             for alg, r in rows.items()]
     paper = None
     if preset == "abci2019" and gpus == PAPER["gpus"] and batch == PAPER["batch"]:
         paper = dict(PAPER)
-        lines.append(f"{'paper 1903.12650':<20}{'':>27}{_si(paper['images_per_s']):>12}"
-                     f"{paper['images_per_s'] / gpus:>11,.0f}{paper['efficiency']:>8.0%}"
-                     f"{paper['time_to_train_s']:>13.1f} s")
+        table.append(["paper 1903.12650", "", "", "", _si(paper["images_per_s"]),
+                      f"{paper['images_per_s'] / gpus:,.0f}", f"{paper['efficiency']:.0%}",
+                      f"{paper['time_to_train_s']:.1f} s"])
+    lines += _columns(table)
     lines += ["", f"* preset's algorithm. {epochs:g} epochs = {head['steps_per_epoch']} "
               f"steps/epoch (last batch padded) + {head['evals']} evaluations of "
               f"{head['eval_s'] * 1e3:.1f} ms."]
