@@ -403,6 +403,35 @@ def test_idx_order_and_blank_lines_are_accepted(conv, tmp_path):
     assert im2rec.verify(prefix) == N_TRAIN
 
 
+@pytest.mark.parametrize("mode", [[], ["--headers-only"]], ids=["full", "headers-only"])
+def test_verify_finds_bytes_no_record_of_the_index_holds(conv, tmp_path, mode):
+    # every record sound, yet part of the .rec is read by no loader: bytes appended to it, or
+    # an index that lacks a record (its last, one inside); with the digests gone, as in data
+    # from MXNet's im2rec, the index is all there is to go by
+    prefix = copy_rec(conv[1], tmp_path)
+    os.remove(prefix + ".digests")
+    lines = open(prefix + ".idx").read().splitlines()
+    size = os.path.getsize(prefix + ".rec")
+    offsets = sorted(int(ln.split()[1]) for ln in lines)
+    with open(prefix + ".rec", "ab") as f:
+        f.write(b"\0" * 12)
+    p = yasgd("data", "verify", prefix, *mode)
+    assert_usage_error(p, "train.rec: 12 bytes in 1 span(s) lie outside every record",
+                       f"from byte {size},", "no loader reads them")
+    with open(prefix + ".rec", "r+b") as f:
+        f.truncate(size)
+    for dropped in (max(lines, key=lambda ln: int(ln.split()[1])), lines[7]):
+        with open(prefix + ".idx", "w") as f:
+            f.write("".join(ln + "\n" for ln in lines if ln != dropped))
+        at = int(dropped.split()[1])
+        span = (offsets + [size])[offsets.index(at) + 1] - at
+        assert_usage_error(yasgd("data", "verify", prefix, *mode),
+                           f"{span:,} bytes in 1 span(s)", f"from byte {at},")
+    with open(prefix + ".idx", "w") as f:      # the whole index again: sound
+        f.write("".join(ln + "\n" for ln in lines))
+    assert im2rec.verify(prefix) == N_TRAIN
+
+
 def test_verify_missing_files(conv, tmp_path):
     prefix = copy_rec(conv[1], tmp_path)
     os.remove(prefix + ".rec")

@@ -108,6 +108,7 @@ def test_multipart_records_are_joined(tmp_path):
     w.close()
     rf = RecordFile(str(tmp_path / "mp"))
     assert [rf.read(i) for i in range(4)] == [(float(i), i, p) for i, p in enumerate(payloads)]
+    assert [rf.unindexed_after(i) for i in range(4)] == [0] * 4    # the parts tile the file
 
 
 def test_im2rec_layout_errors(data, tmp_path):

@@ -241,6 +241,20 @@ class RecordFile:
         label, rid, _ = self.read(i)  # raises the precise error, or handles the rare layouts
         return label, rid
 
+    def unindexed_after(self, i: int) -> int:
+        """Bytes between the end of record ``i`` (its parts and their padding) and the next
+        record the index places, or the file's end: 0 in every file MXNet's writer made
+        with its index. For a record whose framing was read sound (:meth:`read_record`)."""
+        pos, end = int(self.offsets[i]), int(self.ends[i])
+        while True:
+            head = os.pread(self.fd, 8, pos)
+            if len(head) < 8:
+                return 0
+            lrec = struct.unpack_from("<I", head, 4)[0]
+            pos += 8 + (((lrec & ((1 << 29) - 1)) + 3) & ~3)
+            if lrec >> 29 in (0, 3):        # a whole record, or the last part of a split one
+                return max(end - pos, 0)
+
     def _short(self, i: int, needed_end: int) -> RecordIOError:
         if int(self.ends[i]) >= self.size:
             return RecordIOError(f"{self.rec_path}: truncated: {self._where(i).split(': ', 1)[1]} "

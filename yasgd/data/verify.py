@@ -34,7 +34,9 @@ What ``verify`` reports, and the exit status ``yasgd data verify`` gives:
         index of this ``.rec`` (binary or non-numeric line, negative or duplicate
         key, two keys at one offset, an offset past the end of the ``.rec``: the
         line is named), a digest file or ``classes.txt`` that does not match the
-        records. Offsets need not increase (MXNet's format does not require it).
+        records, bytes of the ``.rec`` outside every record the ``.idx`` places
+        (records it lacks, or bytes added: no loader reads them). Offsets need not
+        increase (MXNet's format does not require it).
 """
 from __future__ import annotations
 
@@ -186,6 +188,7 @@ def verify_records(prefix: str, threads: int = 2, progress: Optional[bool] = Non
     digests = None if headers_only else read_digests(prefix + ".digests", rf)
     labels = np.empty(len(rf), np.float64)
     bad: List[Tuple[int, str]] = []
+    unindexed: List[int] = []       # sound records followed by bytes no record of the index holds
     with _decoder_output() as (printed, real_stderr), ThreadPoolExecutor(max(1, threads)) as pool, \
             tqdm(total=len(rf), desc=f"verify {os.path.basename(prefix)}", unit="rec",
                  disable=None if progress is None else not progress, dynamic_ncols=True,
@@ -197,6 +200,8 @@ def verify_records(prefix: str, threads: int = 2, progress: Optional[bool] = Non
                 labels[i] = label
                 if why:
                     bad.append((i, why))
+                elif rf.unindexed_after(i):
+                    unindexed.append(i)
             bar.update(len(block))
     if printed:
         warn(f"the image decoder printed {len(printed)} message(s) while decoding "
@@ -208,8 +213,25 @@ def verify_records(prefix: str, threads: int = 2, progress: Optional[bool] = Non
         detail = why[len(rf.rec_path) + 2:] if why.startswith(rf.rec_path + ": ") else why
         raise DamagedRecords(f"{rf.rec_path}: {len(bad)} of {len(rf)} records damaged; "
                              f"first: {detail}", count=len(bad), first=i)
+    _check_coverage(rf, unindexed)
     _check_labels(prefix, rf, labels)
     return len(rf)
+
+
+def _check_coverage(rf: RecordFile, unindexed: List[int]) -> None:
+    """RecordIOError where bytes of the ``.rec`` lie outside every record of the ``.idx``
+    (after the records in ``unindexed``): records the index lacks, or bytes added to the
+    file. Every record may be sound and no loader would ever read those bytes."""
+    if not unindexed:
+        return
+    gaps = sorted((int(rf.ends[i]) - rf.unindexed_after(i), rf.unindexed_after(i), i)
+                  for i in unindexed)
+    start, n, i = gaps[0]
+    raise RecordIOError(
+        f"{rf.rec_path}: {sum(g[1] for g in gaps):,} bytes in {len(gaps)} span(s) lie outside "
+        f"every record {rf.idx_path} indexes (the first: {n:,} bytes from byte {start}, after "
+        f"record {i}, key {rf.keys[i]}): records missing from the index (an .idx of another "
+        "conversion?) or bytes added to the file; no loader reads them")
 
 
 def _check_labels(prefix: str, rf: RecordFile, labels: np.ndarray) -> None:
