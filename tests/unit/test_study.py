@@ -520,3 +520,39 @@ def test_the_docs_say_whether_the_tables_ran_this_checkouts_code(tmp_path):
     assert report_study._code_line({"setup": {"code": {"modules": {}, "env": {},
                                                        "version": None}}},
                                    Records(str(tmp_path))) == []
+
+
+def test_a_sitting_says_what_it_has_ahead_before_it_starts(tmp_path, monkeypatch):
+    """The runs left (the plan's lower bound) and their hours at the mean wall time of the
+    runs of this code in the cache; with none there, those in the repository's records;
+    with none anywhere, no hours; nothing when the cache holds every run."""
+    from yasgd.bench import study_run
+    scale = plan.QUICK
+    arm = plan.headline_arms(scale)[0]
+    monkeypatch.setattr(study_run.common, "REPO_ROOT", str(tmp_path / "checkout"))
+    st = study_run.Study([arm], scale, str(tmp_path / "a"))
+    left = study.runs_left(st.searches())
+    assert left > 2
+    assert study_run.ahead_line(st, 2) == (f"at least {left} run(s) to train (no run of "
+                                           "this code yet to time them by)")
+    walls = iter([100.0, 300.0])
+    monkeypatch.setattr(st, "_train", lambda run, threads, procs: _ran(
+        dict(st.code_at_start), wall_s=next(walls)))
+    st.run(1, max_runs=2)
+    left = study.runs_left(st.searches())
+    assert study_run.ahead_line(st, 2) == (
+        f"at least {left} run(s) to train: about {left * 200 / 2 / 3600:.1f} h with 2 side "
+        "by side, at the 200 s a run of the 2 run(s) of this code in its cache")
+    # a new cache of a checkout whose records hold those runs: their times
+    records = tmp_path / "checkout" / "examples" / "results"
+    records.mkdir(parents=True)
+    (tmp_path / "a" / "runs_cache").rename(records / "runs_cache")
+    fresh = study_run.Study([arm], scale, str(tmp_path / "b"))
+    assert study_run.ahead_line(fresh, 1).endswith(
+        "at the 200 s a run of the 2 run(s) of this code in the repository's records")
+    # every run in the cache: nothing ahead
+    done = study_run.Study([arm], scale, str(tmp_path / "c"), str(records / "runs_cache"))
+    monkeypatch.setattr(done, "_train", lambda run, threads, procs: _ran(
+        dict(done.code_at_start)))
+    done.run(1)
+    assert study_run.ahead_line(done, 1) is None

@@ -338,6 +338,29 @@ def check_record(name: str, path: str, study: Study, quick: bool) -> None:
                          f"are in, or another --out")
 
 
+def ahead_line(study: Study, jobs: int) -> Optional[str]:
+    """What a sitting has ahead, said before it starts: the runs it needs at least, and the
+    hours they take ``jobs`` side by side at the mean wall time of the runs of this code
+    trained before (in its cache, else in the repository's records); None if none is left."""
+    left = runs_left(study.searches())
+    if not left:
+        return None
+    records = os.path.join(common.REPO_ROOT, "examples", "results", output.STUDY_CACHE)
+    others = [("in its cache", study)]
+    if os.path.isdir(records) and os.path.realpath(records) != os.path.realpath(study.cache.root):
+        others.append(("in the repository's records",
+                       Study(study.arms, study.scale, study.out_dir, records)))
+    for where, s in others:
+        walls = [r["wall_s"] for r in s.records(s.searches()) if r.get("wall_s")]
+        if walls:
+            mean = sum(walls) / len(walls)
+            hours = left * mean / jobs / 3600
+            return (f"at least {left} run(s) to train: about {hours:.1f} h with {jobs} side "
+                    f"by side, at the {mean:.0f} s a run of the {len(walls)} run(s) of this "
+                    f"code {where}")
+    return f"at least {left} run(s) to train (no run of this code yet to time them by)"
+
+
 def run_bench(name: str, intro: str, arms: Sequence[Arm], scale: Scale, out_dir: str,
               quick: bool, jobs: Optional[int], max_runs: Optional[int],
               stop_after: Optional[float], cache: Optional[str], report: Callable[..., dict]
@@ -354,6 +377,10 @@ def run_bench(name: str, intro: str, arms: Sequence[Arm], scale: Scale, out_dir:
     # --max-runs 0 trains nothing: the tables of the cache as it is, beside a sitting
     with cache_lock(study.cache.root) if max_runs != 0 else contextlib.nullcontext():
         common.say(f"{intro}, {jobs} runs side by side; cache {study.cache.root}")
+        if max_runs != 0:
+            ahead = ahead_line(study, jobs)
+            if ahead:
+                common.say(ahead)
         t0 = time.time()
         searches = study.run(jobs, max_runs=max_runs,
                              stop_after_s=None if stop_after is None else 60 * stop_after,
