@@ -90,6 +90,12 @@ def _examples(*lines: str) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
+def _config_and_overrides(p) -> None:
+    """A config file and the overrides after it: train's and check-config's positionals."""
+    p.add_argument("config", type=_path, help="YAML config file (see examples/configs/)")
+    p.add_argument("overrides", nargs="*", metavar=OVERRIDES, help=OVERRIDES_HELP)
+
+
 def _train_parsers(sub) -> None:
     t = sub.add_parser(
         "train", help="train from a YAML config (1 rank, or N under mpirun/horovodrun)",
@@ -103,8 +109,7 @@ def _train_parsers(sub) -> None:
                          "mpirun -np 8 yasgd train examples/configs/demo.yaml  # a cluster "
                          "node"),
         formatter_class=_RAW)
-    t.add_argument("config", type=_path, help="YAML config file (see examples/configs/)")
-    t.add_argument("overrides", nargs="*", metavar=OVERRIDES, help=OVERRIDES_HELP)
+    _config_and_overrides(t)
 
     c = sub.add_parser(
         "check-config", help="load and validate a config for a world size, print it resolved",
@@ -116,8 +121,7 @@ def _train_parsers(sub) -> None:
                          "yasgd check-config examples/configs/demo.yaml --world-size 8 "
                          "train.epochs=5"),
         formatter_class=_RAW)
-    c.add_argument("config", type=_path, help="YAML config file (see examples/configs/)")
-    c.add_argument("overrides", nargs="*", metavar=OVERRIDES, help=OVERRIDES_HELP)
+    _config_and_overrides(c)
     c.add_argument("--world-size", type=argtypes.integer(1), default=1, metavar="N",
                    help="ranks of the job the config is checked for (default: 1)")
     c.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
