@@ -125,7 +125,15 @@ def read_digests(path: str, rf: RecordFile) -> Optional[Tuple[np.ndarray, List[s
     return lengths, hexes
 
 
-def _check_record(rf: RecordFile, i: int, digests, headers_only: bool) -> Tuple[float, str]:
+def _check_record(rf: RecordFile, i: int, digests,
+                  headers_only: bool) -> Tuple[float, str, int]:
+    """(label, "", the bytes after it that no record holds) of a sound record ``i``, else
+    (nan, what is wrong, 0)."""
+    label, why = _check_one(rf, i, digests, headers_only)
+    return label, why, 0 if why else rf.unindexed_after(i)
+
+
+def _check_one(rf: RecordFile, i: int, digests, headers_only: bool) -> Tuple[float, str]:
     """(label, "") of a sound record ``i``, else (nan, what is wrong)."""
     import cv2
     try:
@@ -188,20 +196,20 @@ def verify_records(prefix: str, threads: int = 2, progress: Optional[bool] = Non
     digests = None if headers_only else read_digests(prefix + ".digests", rf)
     labels = np.empty(len(rf), np.float64)
     bad: List[Tuple[int, str]] = []
-    unindexed: List[int] = []       # sound records followed by bytes no record of the index holds
+    unindexed: List[Tuple[int, int]] = []   # (sound record, the bytes after it no record holds)
     with _decoder_output() as (printed, real_stderr), ThreadPoolExecutor(max(1, threads)) as pool, \
             tqdm(total=len(rf), desc=f"verify {os.path.basename(prefix)}", unit="rec",
                  disable=None if progress is None else not progress, dynamic_ncols=True,
                  file=real_stderr) as bar:
         for start in range(0, len(rf), 4096):  # blocks: at most 4096 futures at a time
             block = range(start, min(start + 4096, len(rf)))
-            for i, (label, why) in zip(block, pool.map(
+            for i, (label, why, after) in zip(block, pool.map(
                     lambda i: _check_record(rf, i, digests, headers_only), block)):
                 labels[i] = label
                 if why:
                     bad.append((i, why))
-                elif rf.unindexed_after(i):
-                    unindexed.append(i)
+                elif after:
+                    unindexed.append((i, after))
             bar.update(len(block))
     if printed:
         warn(f"the image decoder printed {len(printed)} message(s) while decoding "
@@ -218,14 +226,13 @@ def verify_records(prefix: str, threads: int = 2, progress: Optional[bool] = Non
     return len(rf)
 
 
-def _check_coverage(rf: RecordFile, unindexed: List[int]) -> None:
+def _check_coverage(rf: RecordFile, unindexed: List[Tuple[int, int]]) -> None:
     """RecordIOError where bytes of the ``.rec`` lie outside every record of the ``.idx``
-    (after the records in ``unindexed``): records the index lacks, or bytes added to the
-    file. Every record may be sound and no loader would ever read those bytes."""
+    (``unindexed``: each record and the bytes after it): records the index lacks, or bytes
+    added to the file. Every record may be sound and no loader would ever read those bytes."""
     if not unindexed:
         return
-    gaps = sorted((int(rf.ends[i]) - rf.unindexed_after(i), rf.unindexed_after(i), i)
-                  for i in unindexed)
+    gaps = sorted((int(rf.ends[i]) - n, n, i) for i, n in unindexed)
     start, n, i = gaps[0]
     raise RecordIOError(
         f"{rf.rec_path}: {sum(g[1] for g in gaps):,} bytes in {len(gaps)} span(s) lie outside "
