@@ -3,16 +3,15 @@ name): each argument says what it is (and its default, where it has one), each c
 what it does, and each example the help shows parses. The parsers are walked as argparse
 built them, so a command or option added later is checked too."""
 import argparse
-import glob
 import importlib
 import os
-import re
 import shlex
 import subprocess
 import sys
 
 import pytest
 
+from test_usage import FROZEN, _documented_tools   # same folder: pytest puts it on sys.path
 from yasgd import cli_args, launch, usage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -22,21 +21,9 @@ YASGD = os.path.join(os.path.dirname(sys.executable), "yasgd")
 _UNSAID = (None, False, argparse.SUPPRESS)
 
 
-# tools the documents name that keep plain argparse: modules a cached training run imports
-# (yasgd.usage says why); yasgd.cli and yasgd.launch are walked as `yasgd ...`
-_NOT_WALKED = {"yasgd.ops.build", "yasgd.cli", "yasgd.launch"}
-
-
-def _documented_tools():
-    """Every ``python -m yasgd.X`` that README.md, docs/, the Makefile or jobs/ names."""
-    found = set()
-    for path in [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "Makefile"),
-                 *glob.glob(os.path.join(ROOT, "docs", "*.md")),
-                 *glob.glob(os.path.join(ROOT, "jobs", "*"))]:
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                found |= set(re.findall(r"python -m (yasgd(?:\.[a-z_]+)+)", f.read()))
-    return sorted(found - _NOT_WALKED)
+# the tools the documents name, but those whose plain argparse is frozen (test_usage says
+# why) and yasgd.cli and yasgd.launch, walked as `yasgd ...`
+_NOT_WALKED = FROZEN | {"yasgd.cli", "yasgd.launch"}
 
 
 class _Built(Exception):
@@ -70,7 +57,7 @@ def _walk(name, top):
 
 PARSERS = dict(_walk("yasgd", cli_args.parser())
                + [("yasgd launch", launch.parser("yasgd launch"))])
-TOOLS = _documented_tools()
+TOOLS = [m for m in _documented_tools() if m not in _NOT_WALKED]
 
 
 def test_the_walk_finds_every_command():
