@@ -123,11 +123,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "simulate":
         from yasgd import simulate
         # --validate and --preset list print one table each and read no other option
-        defaults = SIMULATE_DEFAULTS
         alone, own = (("--validate", None) if args.validate else
                       ("--preset list", "preset") if args.preset == "list" else (None, None))
         if alone:
-            given = [k for k, v in defaults.items() if getattr(args, k) != v and k != own]
+            given = [k for k, v in SIMULATE_DEFAULTS.items() if getattr(args, k) != v and k != own]
             if given:
                 raise UsageError(f"simulate {alone} takes no other argument, got --"
                                  + given[0].replace("_", "-"))
