@@ -23,7 +23,7 @@ ENTRIES = {
                                "runpy.run_module('yasgd.launch', run_name='__main__', "
                                "alter_sys=True)"),
 }
-# modules every interpreter holds before an entry's own code runs
+# the module each entry imports first, where its guard is
 _MODULE = {"yasgd": "yasgd.cli", "python -m yasgd.launch": "yasgd.launch"}
 
 
@@ -33,9 +33,9 @@ def _sigint_as_python_starts_it():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _python(code, timeout=60):
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout, preexec_fn=_sigint_as_python_starts_it,
+def _python(code, *args):
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60, preexec_fn=_sigint_as_python_starts_it,
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
@@ -94,6 +94,5 @@ def test_after_the_imports_the_signals_are_as_before(entry):
               signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
     """)
     for how in ("default", "ignored"):
-        p = subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True,
-                           cwd=ROOT, timeout=60, preexec_fn=_sigint_as_python_starts_it)
+        p = _python(code, how)
         assert p.stdout.split() == ["True", "True"], (how, p.stdout, p.stderr)
