@@ -24,6 +24,35 @@ def check_overrides(overrides: Sequence[str]) -> None:
         if any(c in item for c in _BREAKS):
             raise UsageError(f"override {item!r} holds a line break or NUL: a value is one "
                              f"line (YAML would read a line break in it as a space)")
+        _check_whole_value(item)
+
+
+def _check_whole_value(item: str) -> None:
+    """UsageError where YAML reads only part of an override's value as the value: what
+    follows `` #`` is a comment (``run.name=exp #2`` would be the name ``exp``), and ``|``
+    or ``>`` opens a block of later lines, of which an override has none (the value would
+    be empty). The job scripts carry the text as typed, so the run would differ from it."""
+    import yaml
+    value = item.split("=", 1)[1] if "=" in item else None
+    if not value:
+        return
+    try:
+        node = _yaml(yaml.compose, value, f"override {_short(repr(item))}")
+    except yaml.YAMLError:
+        return                                  # the loader names it
+    if node is None:                            # nothing but a comment
+        rest = value.strip()
+    elif isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
+        raise UsageError(f"override {_short(repr(item))}: YAML reads {node.style} as the start "
+                         f"of a block of later lines, and an override is one line; "
+                         f"{_QUOTE.format(name=item.split('=', 1)[0], text=value)}")
+    else:
+        rest = value[node.end_mark.index:].strip()
+    if rest:
+        name = item.split("=", 1)[0]
+        raise UsageError(f"override {_short(repr(item))}: YAML reads {_short(repr(rest))} as a "
+                         f"comment and leaves it out of the value; drop it, or "
+                         f"{_QUOTE.format(name=name, text=value)}")
 
 
 def check_no_yaml_alias(path: str) -> None:
@@ -336,7 +365,9 @@ def flush() -> None:
     started several), and forget them."""
     import os
     import sys
+
+    from yasgd.usage import one_line
     rank = next((os.environ[v] for v in _RANK_VARS if os.environ.get(v, "").isdigit()), "0")
     for line in _pending if int(rank) == 0 else ():
-        sys.stderr.write(f"yasgd: warning: {line}\n")
+        sys.stderr.write(f"yasgd: warning: {one_line(line)}\n")
     _pending.clear()

@@ -342,4 +342,4 @@ def yasgd_arguments(command: List[str]) -> Optional[List[str]]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(usage.run(main))

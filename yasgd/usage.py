@@ -20,7 +20,7 @@ import errno
 import os
 import signal
 import sys
-from typing import Iterator, Optional, Tuple
+from typing import Callable, Iterator, Optional, Tuple
 
 _HEADS = ("python -m yasgd.", "yasgd")
 
@@ -43,10 +43,16 @@ _ESCAPES = ({c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f, 0x85)}
             | {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
 
 
+def one_line(message: object) -> str:
+    """``message`` with each control character or line break escaped: the text of one line
+    (an error's or a warning's) that a path or value typed with a newline cannot split."""
+    return str(message).translate(_ESCAPES)
+
+
 def error(name: str, message: object) -> int:
     """Write the usage-error line of command ``name`` (a control character or line break in
     the message escaped, so that it stays one line); returns the exit status, 2."""
-    text = str(message).translate(_ESCAPES)
+    text = one_line(message)
     sys.stderr.write(f"yasgd: error: {name + ': ' if name else ''}{text}\n")
     sys.stderr.flush()
     return 2
@@ -183,3 +189,21 @@ def stdout_failed(e: StdoutError) -> int:
     if e.errno == errno.EPIPE:
         return 128 + signal.SIGPIPE
     return error("", f"cannot write standard output: {e.strerror or e}")
+
+
+def run(main: Callable[[], Optional[int]]) -> int:
+    """The exit status of a ``python -m yasgd.X`` tool's ``main()``, its standard output
+    guarded as the ``yasgd`` command's is (:func:`stdout_checked`): a full disk or a closed
+    output is one line and status 2, a reader that went away status 141, ``--help``
+    included, never a traceback."""
+    try:
+        with stdout_checked():
+            try:
+                return main() or 0
+            except SystemExit as e:     # argparse: --help (0), a usage error (2)
+                if not (e.code is None or isinstance(e.code, int)):
+                    raise
+                sys.stdout.flush()      # in the guard: what --help wrote must reach its file
+                return e.code or 0
+    except StdoutError as e:
+        return stdout_failed(e)

@@ -256,6 +256,33 @@ def test_a_line_break_in_an_override_is_refused_not_folded(tmp_path, brk):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("value,message", [
+    ("exp #2", "YAML reads '#2' as a comment and leaves it out of the value; drop it, or quote"),
+    ("#x", "YAML reads '#x' as a comment"),
+    ("0.5  # the lr", "YAML reads '# the lr' as a comment"),
+    ("[1, 2] #x", "YAML reads '#x' as a comment"),
+    ("|", "YAML reads | as the start of a block of later lines, and an override is one line"),
+    (">-", "YAML reads > as the start of a block of later lines"),
+])
+def test_an_override_yaml_reads_only_part_of_is_refused(tmp_path, value, message):
+    """What follows `` #`` is a YAML comment and ``|`` / ``>`` open a block: the loader
+    alone would run with another value than the one typed, which a job script carries as
+    typed. Every command that takes overrides refuses it and writes nothing."""
+    from yasgd import config
+    assert config.load(None, ["run.name=exp #2"]).run.name == "exp"   # the loader's reading
+    tiny = os.path.join(ROOT, "examples", "configs", "tiny.yaml")
+    for command in (["check-config", tiny], ["train", tiny],
+                    ["jobs", "render", "--scheduler", "pbs", "--nodes", "1", "--config", tiny]):
+        rc, out, err = _run(YASGD, *command, f"run.name={value}", f"run.dir={tmp_path}")
+        assert (rc, out) == (2, ""), (command, err)
+        assert err.startswith(f"yasgd: error: override 'run.name={value}': {message}") \
+            and err.count("\n") == 1, err
+    assert os.listdir(tmp_path) == []
+    for typed in ("run.name=a#b", "run.name='exp #2'"):    # the value's own '#'
+        rc, out, err = _run(YASGD, "check-config", tiny, typed)
+        assert rc == 2 and "config key run.name must be a name" in err, err
+
+
 @pytest.mark.parametrize("command", [["check-config"], ["train"],
                                      ["jobs", "render", "--scheduler", "pbs", "--nodes", "1",
                                       "-o", "job.sh", "--config"]])
@@ -421,3 +448,30 @@ def test_a_standard_output_that_takes_the_output_is_untouched(tmp_path):
                              "walltime=None, group=None, queue=None, overrides=[]))"],
                             capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert (tmp_path / "out").read_text() == direct.stdout and direct.stdout.startswith("#!")
+
+
+def _tools():
+    from test_usage import FROZEN, _documented_tools
+    return [m for m in _documented_tools() if m not in FROZEN and m != "yasgd.cli"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("module", _tools())
+def test_a_python_m_tool_guards_its_standard_output_as_yasgd_does(module):
+    """Every documented ``python -m yasgd.X``: its --help into a full disk or a closed
+    output is the one line and status 2, into a reader that went away 141, no traceback."""
+    def run(stdout, **kw):
+        p = subprocess.run([sys.executable, "-m", module, "--help"], stdout=stdout,
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=60, **kw)
+        return p.returncode, p.stderr
+    with open("/dev/full", "w") as full:
+        assert run(full) == (2, "yasgd: error: cannot write standard output: No space left "
+                                "on device\n")
+    assert run(None, preexec_fn=lambda: os.close(1)) == (
+        2, "yasgd: error: cannot write standard output: it is closed\n")
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        assert run(w) == (141, "")
+    finally:
+        os.close(w)

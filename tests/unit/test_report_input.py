@@ -129,6 +129,21 @@ def test_summary_refuses_a_file_it_cannot_read(results, name, make, words):
     assert _files(results) == before
 
 
+@pytest.mark.parametrize("name", ["make_test.log", "make_train.log"])
+@pytest.mark.parametrize("make,words", [
+    (lambda p: p.write_bytes(b"\xff\xfe garbage\n"), ["not UTF-8 text (invalid start byte"]),
+    (lambda p: p.mkdir(), ["cannot read it"]),
+], ids=["not-utf8", "folder"])
+def test_report_names_a_recorded_log_it_cannot_read(results, name, make, words):
+    bad = results / name
+    if bad.exists():
+        bad.unlink()
+    make(bad)
+    before = _files(results)
+    _refused(_check(results), "bench.report", str(bad), *words)
+    assert _files(results) == before
+
+
 def test_report_refuses_a_record_that_is_not_an_object(results):
     bad = results / "bench_optimizer.json"
     bad.write_text("[]\n")

@@ -60,6 +60,9 @@ _PTS = ("sgd_mean", "sgd_spread_pts", "sgd_lr", "recipe_mean", "recipe_spread_pt
         "recipe_minus_baseline_pts", "recipe_minus_sgd_pts", "larger_spread_pts")
 
 #: What the renderers read of each JSON record (a file not named: a JSON object).
+#: the recorded logs the renderers read (report_logs.RECORDED_LOGS writes them)
+TEXTS = ("make_train.log", "make_test.log")
+
 SHAPES: Dict[str, object] = {
     "paper.json": {
         "yasgd": {"time_s": NUM, "gpus": INT, "batch": INT, "top1_pct": ANY,
@@ -153,17 +156,20 @@ class Records:
         read, before anything is rendered or written."""
         for name in SHAPES:
             self.json(name)
+        for name in TEXTS:
+            self.text(name)
         self.found()
 
     def bench(self, name: str) -> dict:
         return self.json(f"bench_{name}.json")
 
     def text(self, name: str) -> Optional[str]:
+        """The recorded text ``name`` (UTF-8), None where there is none; RecordError naming
+        the file where it cannot be read."""
         p = self.path(name)
         if not os.path.exists(p):
             return None
-        with open(p) as f:
-            return f.read()
+        return record_shape.read_text(p)
 
     def found(self) -> Dict[str, Dict[str, object]]:
         """summary.collect() of the results folder (bench name -> json/md/pngs), a bench it
