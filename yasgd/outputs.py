@@ -170,6 +170,22 @@ def together() -> Iterator[None]:
     _commit(staged)
 
 
+def stage(tmp: str, target: str) -> None:
+    """``tmp``, a whole file that a writer of its own streamed (im2rec's records, through
+    MXNet's writer), as the temporary of ``target``: flushed to disk and renamed with the
+    open :func:`together` set (removed if the set fails), or at once outside one."""
+    try:
+        _sync(tmp)
+    except BaseException:
+        _remove(tmp)
+        raise
+    staged = _staged()
+    if staged is None:
+        _commit([(tmp, target)])
+    elif (tmp, target) not in staged:
+        staged.append((tmp, target))
+
+
 def checked(problem: Callable[..., Optional[str]], *args, **kw) -> Optional[str]:
     """One of :mod:`yasgd.writable`'s checks (or a check that calls one, as
     ``config.check_run_dir``), run whole. Each makes (and removes) an entry where the output

@@ -22,8 +22,9 @@ Each image is decoded, its shorter side resized to ``resize`` pixels (bilinear u
 area down; ``resize=0`` keeps the size and passes JPEG bytes through untouched)
 and re-encoded at JPEG ``quality``; ``workers`` processes do this in parallel and
 the records are written in order. The files are written under temporary names
-and renamed at the end, so an interrupted conversion leaves no half-written
-``train.rec`` behind. The output folder is checked before any work: an existing
+and the whole set renamed at the end (:mod:`yasgd.data.im2rec_out`), so an interrupted
+or failed conversion leaves no half-written ``train.rec`` behind, nor a new one beside an
+old ``val.rec``. The output folder is checked before any work: an existing
 file in its place, a folder that cannot be created or written, or one that is the source
 folder or lies inside it (the output would become part of the input) is an error; so is a
 class folder whose name ``classes.txt`` cannot hold (a tab, a line break, or a character
@@ -35,7 +36,9 @@ decodes or a side longer than a JPEG holds, gets one ``yasgd: warning:`` line
 naming it and no record, and the JSON summary counts the skips of each split
 (``"skipped"``, the first ten in ``"skipped_files"``) and in total. A conversion
 of 1.28 M photos should survive a few broken files and say which they were,
-rather than stop after hours. It is an error only when a class folder of ``train`` loses every
+rather than stop after hours. An image that the decoder repairs (libjpeg says so on the
+standard error stream, naming no file) is kept, named in a warning line and counted
+(``"repaired"``). It is an error only when a class folder of ``train`` loses every
 image (its class would have no record), or a split every image.
 
 Each split also gets a digest file ``<split>.digests`` (the SHA-256 of every record, for
@@ -49,7 +52,6 @@ import math
 import os
 import re
 import stat
-import tempfile
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -58,30 +60,33 @@ import numpy as np
 from yasgd import UsageError, outputs
 from yasgd.argtypes import MAX_PER_CORE
 from yasgd.workers import WorkerDied, Workers
-from yasgd.writable import entry_problem, nearest_existing
+from yasgd.data.im2rec_out import (  # noqa: F401 -- the output's names: re-exported
+    OUTPUTS, PART, PARTS, RECORD_FILES, SPLITS, check_apart, check_dst, entries, folder_problem,
+    make_dst, unfollowable)
 from yasgd.data.verify import (  # noqa: F401 -- verify and its findings: re-exported
-    DIGEST_HEADER, DamagedRecords, read_digests, verify, verify_records)
+    DIGEST_HEADER, DamagedRecords, decoder_output, read_digests, verify, verify_records)
 from yasgd.data.verify import warn as _warn
 
 IMAGE_EXTS = (".jpeg", ".jpg", ".png")
 TRAIN_SHUFFLE_SEED = 0
-SPLITS, RECORD_FILES = ("train", "val"), (".rec", ".idx", ".digests")
-OUTPUTS = tuple(f"{s}{e}" for s in SPLITS for e in RECORD_FILES) + ("classes.txt",)
-#: a split's record files are written under NAME.part and renamed once complete
-PART = ".part"
-PARTS = tuple(f"{s}{e}{PART}" for s in SPLITS for e in RECORD_FILES)
 
 
 # -- listing ---------------------------------------------------------------------
 def _class_folders(split_dir: str) -> List[str]:
     """The sorted class folder names; UsageError on one that classes.txt cannot hold."""
-    names = sorted(e.name for e in os.scandir(split_dir) if e.is_dir())
-    for name in names:
+    names = []
+    for entry in entries(split_dir):
+        why = unfollowable(entry.path)
+        if why:     # a class folder or not: it cannot be told, so it cannot be left out
+            raise UsageError(f"im2rec: {entry.path} is {why}; mend or remove the link")
+        if entry.is_dir():
+            names.append(entry.name)
+    for name in sorted(names):
         why = _name_problem(name)
         if why:
             raise UsageError(f"im2rec: class folder {name!r} in {split_dir} cannot be named in "
                              f"classes.txt ('<index><TAB><name>' lines): {why}; rename it")
-    return names
+    return sorted(names)
 
 
 def _name_problem(name: str) -> str:
@@ -104,7 +109,7 @@ def _images_in(folder: str) -> List[str]:
     """Every entry named as an image, whatever it is: one that is no readable regular file
     (a broken link, a directory, a pipe) is skipped with a warning by :func:`_encode`, not
     left out without a word."""
-    return sorted(e.name for e in os.scandir(folder)
+    return sorted(e.name for e in entries(folder)
                   if os.path.splitext(e.name)[1].lower() in IMAGE_EXTS)
 
 
@@ -126,13 +131,16 @@ def _not_a_file(path: str) -> str:
 
 def list_images(src: str) -> Tuple[List[str], Dict[str, List[Tuple[str, int]]]]:
     """(class names, {"train": [(path, label)], "val": [...]}); UsageError on a bad layout."""
-    if not os.path.isdir(src):
-        raise UsageError(f"im2rec: source folder {src} does not exist")
+    why = folder_problem(src)
+    if why:
+        raise UsageError(f"im2rec: source folder {src} {why}")
     splits = {}
     for split in ("train", "val"):
         d = os.path.join(src, split)
-        if not os.path.isdir(d):
-            raise UsageError(f"im2rec: {d} is missing (expected {src}/train/<class>/*.JPEG "
+        why = folder_problem(d)
+        if why:
+            why = "is missing" if why == "does not exist" else why
+            raise UsageError(f"im2rec: {d} {why} (expected {src}/train/<class>/*.JPEG "
                              f"and {src}/val/<class>/*.JPEG)")
         splits[split] = d
     classes = _class_folders(splits["train"])
@@ -143,8 +151,8 @@ def list_images(src: str) -> Tuple[List[str], Dict[str, List[Tuple[str, int]]]]:
     if val_classes != classes:
         only_train = sorted(set(classes) - set(val_classes))
         only_val = sorted(set(val_classes) - set(classes))
-        if not val_classes and any(os.path.splitext(n)[1].lower() in IMAGE_EXTS
-                                   for n in os.listdir(splits["val"])):
+        if not val_classes and any(os.path.splitext(e.name)[1].lower() in IMAGE_EXTS
+                                   for e in entries(splits["val"])):
             raise UsageError(f"im2rec: {splits['val']} holds images but no class folders; sort "
                              "them into val/<class>/ first (e.g. with ImageNet's valprep.sh)")
         raise UsageError(
@@ -228,6 +236,14 @@ def _cv_reason(e: Exception) -> str:
     return " ".join((f"{m.group(1)}: {m.group(2)}" if m else text.split("\n")[-1]).split())
 
 
+def _encode_noting(job: Tuple[str, int, int]) -> Tuple[Optional[bytes], str, List[str]]:
+    """:func:`_encode`, and what the C decoders printed meanwhile: libjpeg repairs a damaged
+    JPEG and says so on the standard error stream, naming no file."""
+    with decoder_output() as (printed, _):
+        payload, why = _encode(job)
+    return payload, why, printed
+
+
 def _init_worker() -> None:
     import cv2
     cv2.setNumThreads(1)
@@ -243,25 +259,30 @@ def _write_split(items: Sequence[Tuple[str, int]], prefix: str, resize: int, qua
     jobs = [(path, resize, quality) for path, _ in items]
     pool: Optional[Workers] = None
     skipped: List[str] = []
+    repaired: List[str] = []
     per_class = np.zeros(num_classes, np.int64)
     key = nbytes = 0  # keys 0, 1, ... over the written records
     try:
         digests = open(tmp[".digests"], "w")
         if workers > 1:     # stop signals are this process's: it ends the workers
-            pool = Workers(_encode, jobs, workers, init=_init_worker)
+            pool = Workers(_encode_noting, jobs, workers, init=_init_worker)
             results = iter(pool)
         else:
             _init_worker()
-            results = map(_encode, jobs)
+            results = map(_encode_noting, jobs)
         digests.write(DIGEST_HEADER)
         with tqdm(total=len(jobs), desc=f"im2rec {split}", unit="img", disable=not progress,
                   dynamic_ncols=True) as bar:
-            for (path, label), (payload, why) in zip(items, results):
+            for (path, label), (payload, why, printed) in zip(items, results):
                 bar.update(1)
                 if payload is None:
                     _warn(f"im2rec: skipped {path}: {why}")
                     skipped.append(path)
                     continue
+                if printed:
+                    _warn(f"im2rec: the image decoder repaired {path}, which is kept "
+                          f"({len(printed)} message(s), the first: {printed[0][:100]!r})")
+                    repaired.append(path)
                 record = mx.recordio.pack(mx.recordio.IRHeader(0, float(label), key, 0), payload)
                 writer.write_idx(key, record)
                 digests.write(f"{key}\t{writer.idx[key]}\t{len(record)}\t"
@@ -291,11 +312,12 @@ def _write_split(items: Sequence[Tuple[str, int]], prefix: str, resize: int, qua
             pool.close()
     writer.close()
     digests.close()
-    for ext, path in tmp.items():
-        os.replace(path, prefix + ext)
+    for ext, path in tmp.items():   # renamed with the whole set, or removed
+        outputs.stage(path, prefix + ext)
     return {"records": key, "jpeg_bytes": nbytes,
-            "rec_bytes": os.path.getsize(prefix + ".rec"), "skipped": len(skipped),
-            "skipped_files": skipped[:10]}
+            "rec_bytes": os.path.getsize(tmp[".rec"]), "skipped": len(skipped),
+            "skipped_files": skipped[:10], "repaired": len(repaired),
+            "repaired_files": repaired[:10]}
 
 
 def _check_kept(items: Sequence[Tuple[str, int]], per_class: np.ndarray, split: str) -> None:
@@ -307,59 +329,6 @@ def _check_kept(items: Sequence[Tuple[str, int]], per_class: np.ndarray, split: 
         folder = os.path.dirname(next(p for p, lab in items if lab == label))
         raise UsageError(f"im2rec: every image of class folder {folder} was skipped "
                          "(none decodes): its class would have no training record")
-
-
-def _check_apart(src: str, dst: str) -> None:
-    """UsageError if ``dst`` is ``src`` or lies inside it: the outputs would land in the
-    input (a new class folder ``out`` of ``train/``, files the next conversion reads). The
-    real path of ``dst`` and its ancestors are compared with ``src`` by device and inode, so
-    no symlink, ``..`` or second mount of the folder gets round it. ``src`` inside ``dst``
-    is fine: every output (``OUTPUTS``, ``PARTS``) is a file directly in ``dst``, so
-    none can be a file of ``src``, and ``src`` by one of those names is _check_dst's error."""
-    try:
-        src_stat = os.stat(src)
-    except OSError:
-        return                          # list_images says what is wrong with src
-    if not stat.S_ISDIR(src_stat.st_mode):
-        return
-    probe = real = os.path.realpath(dst)
-    while True:
-        try:
-            same = os.path.samestat(os.stat(probe), src_stat)
-        except OSError:
-            same = False                # not there (yet): not src
-        if same:
-            where = "is the" if probe == real else "lies inside"
-            raise UsageError(f"im2rec: output folder {dst} {where} source folder {src}: the "
-                             "output would become part of the input")
-        if os.path.dirname(probe) == probe:
-            return
-        probe = os.path.dirname(probe)
-
-
-def _check_dst(dst: str) -> None:
-    """UsageError unless ``dst`` is a folder, or could be made as one, and is writable."""
-    if os.path.exists(dst) and not os.path.isdir(dst):
-        raise UsageError(f"im2rec: output folder {dst} is an existing file, not a folder")
-    probe = nearest_existing(dst)     # the nearest existing ancestor: a writable folder
-    if not os.path.isdir(probe):
-        raise UsageError(f"im2rec: cannot create output folder {dst}: {probe} is a file")
-    problem = outputs.name_problem(dst) or outputs.checked(entry_problem, probe)
-    if problem:
-        raise UsageError(f"im2rec: cannot write output folder {dst}: {problem}")
-    for name in OUTPUTS + PARTS:      # every name written there
-        if os.path.isdir(os.path.join(dst, name)):
-            raise UsageError(f"im2rec: {os.path.join(dst, name)} is a folder; it would be "
-                             "overwritten by an output file")
-
-
-def _make_dst(dst: str) -> None:
-    try:
-        os.makedirs(dst, exist_ok=True)
-        with tempfile.TemporaryFile(dir=dst):
-            pass
-    except OSError as e:
-        raise UsageError(f"im2rec: cannot write output folder {dst}: {e.strerror}") from None
 
 
 def convert(src: str, dst: str, resize: int = 256, quality: int = 95, workers: int = 2,
@@ -376,21 +345,25 @@ def convert(src: str, dst: str, resize: int = 256, quality: int = 95, workers: i
         raise UsageError(f"im2rec: --workers must be in [1, {most}] ({MAX_PER_CORE} per CPU "
                          f"core), got {workers}")
     t0 = time.time()
-    _check_apart(src, dst)              # first: _check_dst probes the folder dst would be in
-    _check_dst(dst)
+    check_apart(src, dst)               # first: check_dst probes the folder dst would be in
+    check_dst(dst)
     classes, items = list_images(src)
-    _make_dst(dst)
+    make_dst(dst)
     order = np.random.RandomState(TRAIN_SHUFFLE_SEED).permutation(len(items["train"]))
     items["train"] = [items["train"][i] for i in order]
     summary = {"src": os.path.abspath(src), "dst": os.path.abspath(dst), "classes": len(classes),
                "resize": resize, "quality": quality, "workers": workers,
                "train_shuffle_seed": TRAIN_SHUFFLE_SEED}
-    for split in ("train", "val"):
-        summary[split] = _write_split(items[split], os.path.join(dst, split), resize, quality,
-                                      workers, progress, split, len(classes))
+    with outputs.together():    # every output replaces its old file only once all are whole
+        for split in SPLITS:
+            summary[split] = _write_split(items[split], os.path.join(dst, split), resize,
+                                          quality, workers, progress, split, len(classes))
+        target = os.path.join(dst, "classes.txt")
+        try:
+            outputs.write_text(target, "".join(f"{i}\t{n}\n" for i, n in enumerate(classes)))
+        except OSError as e:
+            raise UsageError(f"im2rec: writing {target} failed: {e.strerror or e}") from None
     summary["skipped"] = summary["train"]["skipped"] + summary["val"]["skipped"]
-    outputs.write_text(os.path.join(dst, "classes.txt"),
-                       "".join(f"{i}\t{name}\n" for i, name in enumerate(classes)))
     if verify:
         for split in ("train", "val"):
             summary[split]["verified"] = verify_records(os.path.join(dst, split),

@@ -38,16 +38,23 @@ def read_classes(path: str) -> List[str]:
     if not os.path.isfile(path):
         raise RecordIOError(f"{path}: {absent(path)} (class index file written by `yasgd data "
                             "im2rec`)")
+    try:
+        with open(path) as f:       # the locale's encoding, as im2rec writes it
+            lines = f.read().split("\n")   # universal newlines: "\r\n" and "\r" are "\n"
+    except OSError as e:
+        raise RecordIOError(f"{path}: cannot read it ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise RecordIOError(f"{path}: not text in {e.encoding} (byte {e.start}: "
+                            f"{e.reason}); im2rec writes it in the locale's encoding") from None
     names = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) != 2 or not parts[0].strip().isdigit() or int(parts[0]) != len(names):
-                raise RecordIOError(f"{path}: line {n} is not '{len(names)}<TAB><class name>': "
-                                    f"{line.strip()[:60]!r}")
-            names.append(parts[1])
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2 or not parts[0].strip().isdigit() or int(parts[0]) != len(names):
+            raise RecordIOError(f"{path}: line {n} is not '{len(names)}<TAB><class name>': "
+                                f"{line.strip()[:60]!r}")
+        names.append(parts[1])
     if not names:
         raise RecordIOError(f"{path}: lists no classes")
     return names

@@ -62,9 +62,12 @@ _DIGEST_LINE = re.compile(rb"([0-9]{1,18})[ \t]+([0-9]{1,18})[ \t]+([0-9]{1,18})
 
 
 def warn(message: str) -> None:
-    """One warning line on stderr (through tqdm, so that a progress bar stays intact)."""
+    """One warning line on stderr (through tqdm, so that a progress bar stays intact; a line
+    break in a file's name escaped, as in an error line)."""
     from tqdm import tqdm
-    tqdm.write(f"yasgd: warning: {message}", file=sys.stderr)
+
+    from yasgd.usage import one_line
+    tqdm.write(f"yasgd: warning: {one_line(message)}", file=sys.stderr)
 
 
 class DamagedRecords(RecordIOError):
@@ -160,7 +163,7 @@ def _check_one(rf: RecordFile, i: int, digests, headers_only: bool) -> Tuple[flo
 
 
 @contextlib.contextmanager
-def _decoder_output():
+def decoder_output():
     """Collect what the C image decoders print on fd 2 while the block runs (libjpeg warns
     there instead of failing); yields (those lines, filled at the end; the real stderr)."""
     sys.stderr.flush()
@@ -197,7 +200,7 @@ def verify_records(prefix: str, threads: int = 2, progress: Optional[bool] = Non
     labels = np.empty(len(rf), np.float64)
     bad: List[Tuple[int, str]] = []
     unindexed: List[Tuple[int, int]] = []   # (sound record, the bytes after it no record holds)
-    with _decoder_output() as (printed, real_stderr), ThreadPoolExecutor(max(1, threads)) as pool, \
+    with decoder_output() as (printed, real_stderr), ThreadPoolExecutor(max(1, threads)) as pool, \
             tqdm(total=len(rf), desc=f"verify {os.path.basename(prefix)}", unit="rec",
                  disable=None if progress is None else not progress, dynamic_ncols=True,
                  file=real_stderr) as bar:
