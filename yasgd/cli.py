@@ -126,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
         alone, own = (("--validate", None) if args.validate else
                       ("--preset list", "preset") if args.preset == "list" else (None, None))
         if alone:
-            given = [k for k, v in SIMULATE_DEFAULTS.items() if getattr(args, k) != v and k != own]
+            given = [k for k in SIMULATE_DEFAULTS if k in args.typed and k != own]
             if given:
                 raise UsageError(f"simulate {alone} takes no other argument, got --"
                                  + given[0].replace("_", "-"))

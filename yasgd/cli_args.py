@@ -86,6 +86,18 @@ def _path(text: str) -> str:
     return text
 
 
+class _Typed(argparse.Action):
+    """Store the value, as argparse's own action does, and add the option's name to
+    ``namespace.typed``. argparse calls an action only for an option on the command line
+    (``--gpus 8``, ``--gpus=8`` or an abbreviation, ``--gp 8``), never for a default, so
+    ``simulate --validate`` and ``--preset list`` can refuse every option typed with them,
+    one typed with its default value included."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.typed = (*getattr(namespace, "typed", ()), self.dest)
+
+
 def _examples(*lines: str) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
@@ -232,26 +244,31 @@ def _simulate_parser(sub) -> None:
                          "yasgd simulate --preset dgxa100 --gpus 256 --batch 65536",
                          "yasgd simulate --validate           # against every published run"),
         formatter_class=_RAW)
-    s.add_argument("--preset", default=d["preset"],
+    s.add_argument("--preset", action=_Typed, default=d["preset"],
                    help="the system (default: %(default)s; `--preset list` prints every "
                         "preset and its sources)")
-    s.add_argument("--gpus", type=argtypes.integer(1), default=d["gpus"], metavar="N",
-                   help="GPUs, one rank each (default: %(default)s)")
-    s.add_argument("--batch", type=argtypes.integer(1), default=d["batch"], metavar="B",
+    s.add_argument("--gpus", action=_Typed, type=argtypes.integer(1), default=d["gpus"],
+                   metavar="N", help="GPUs, one rank each (default: %(default)s)")
+    s.add_argument("--batch", action=_Typed, type=argtypes.integer(1), default=d["batch"],
+                   metavar="B",
                    help="global mini-batch, a multiple of --gpus (default: %(default)s)")
-    s.add_argument("--epochs", type=argtypes.positive("epochs"), default=d["epochs"],
-                   metavar="E", help="epochs of ImageNet-1k (default: %(default)s)")
-    s.add_argument("--images-per-gpu-s", type=argtypes.positive(), default=None, metavar="X",
+    s.add_argument("--epochs", action=_Typed, type=argtypes.positive("epochs"),
+                   default=d["epochs"], metavar="E",
+                   help="epochs of ImageNet-1k (default: %(default)s)")
+    s.add_argument("--images-per-gpu-s", action=_Typed, type=argtypes.positive(),
+                   default=None, metavar="X",
                    help="per-GPU compute throughput, images/s (default: the preset's)")
-    s.add_argument("--budget-bytes", type=argtypes.integer(1), default=None, metavar="BYTES",
+    s.add_argument("--budget-bytes", action=_Typed, type=argtypes.integer(1), default=None,
+                   metavar="BYTES",
                    help="allreduce group budget in bytes (default: the preset's grouping)")
-    s.add_argument("--plot", type=_path, default=None, metavar="PNG",
+    s.add_argument("--plot", action=_Typed, type=_path, default=None, metavar="PNG",
                    help="write a PNG of efficiency against GPUs and budget "
                         "(a name ending in .png, or a directory: DIR/simulate.png)")
-    s.add_argument("--json", type=_path, default=None, metavar="FILE",
+    s.add_argument("--json", action=_Typed, type=_path, default=None, metavar="FILE",
                    help="write the prediction as JSON (a directory: DIR/simulate.json)")
     s.add_argument("--validate", action="store_true", help="print the model against every "
                    "published run it is tested on (no other argument)")
+    s.set_defaults(typed=())        # the options typed (_Typed), in the order typed
 
 
 def _bench_parser(sub) -> None:

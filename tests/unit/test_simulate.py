@@ -237,6 +237,18 @@ def test_report_writes_table_json_and_png(tmp_path):
     assert len(d["sweeps"]["gpus"]["ring"]) == 13 and d["sweeps"]["gpu_counts"][-1] == 4096
     assert d["sweeps"]["budgets"][0] == 64 << 10 and d["sweeps"]["budgets"][-1] == 256 << 20
     assert (tmp_path / "sim.png").read_bytes()[:4] == b"\x89PNG"
+    assert d["sweeps"]["gpu_counts_left_out"] == [] and d["sweeps"]["max_gpus"] == 1281167 // 40
+
+
+def test_the_gpu_sweep_leaves_out_counts_past_an_epoch(tmp_path):
+    # 408 images/GPU: 4,096 GPUs would take a batch past ImageNet's training set; the sweep
+    # leaves that count out and says so, and the run itself is written, not refused
+    sim.report(preset="dgxa100", gpus=8, batch=3264, epochs=90,
+               json_out=str(tmp_path / "s.json"), plot=str(tmp_path / "s.png"))
+    sw = json.loads((tmp_path / "s.json").read_text())["sweeps"]
+    assert sw["gpu_counts"] == [2 ** k for k in range(12)] and len(sw["gpus"]["ring"]) == 12
+    assert (sw["gpu_counts_left_out"], sw["max_gpus"]) == ([4096], 3140)
+    assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize("kw", [dict(preset="abci3", gpus=1_000_000, batch=1_000_000),

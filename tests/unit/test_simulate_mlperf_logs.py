@@ -138,6 +138,16 @@ def test_the_training_set_is_the_logs_where_they_give_it(tmp_path):
         ml.read_results(str(tmp_path), gpus=8)
 
 
+def test_steps_are_counted_in_integers_and_a_batch_is_no_more_than_an_epoch(tmp_path):
+    # 2**60 + 1 samples in batches of 8: one step more than 2**57, which a float quotient loses
+    (tmp_path / "result_0.txt").write_text(_mllog(_stamps(train_samples=2 ** 60 + 1)))
+    assert ml.read_results(str(tmp_path), gpus=8, batch=8)["steps_per_epoch"] == 2 ** 57 + 1
+    (tmp_path / "result_0.txt").write_text(_mllog(_stamps(train_samples=1000)))
+    with pytest.raises(UsageError, match=f"^{tmp_path}: the logs' global_batch_size 3200 is "
+                       "more than the 1,000 training samples of an epoch"):
+        ml.read_results(str(tmp_path), gpus=8)
+
+
 def test_the_recorded_entries_follow_the_readers_rule():
     # the runs used and the iteration, from each recorded entry's own runs (single-node entries
     # too; test_simulate_validate checks the multi-node scores)
@@ -187,6 +197,9 @@ def test_cli_prints_the_entry_and_refuses_bad_input(tmp_path):
     bad = [((folder, "--gpus", "0"), "--gpus"), ((folder,), "--gpus"),
            ((str(tmp_path / "nope"), "--gpus", "8"), "nope"),
            ((folder, "--gpus", "7"), "--gpus 7"),
+           ((folder, "--gpus", "8", "--batch", "8" + "0" * 400),
+            "--batch 8" + "0" * 36 + "... is more than the 1,281,167 training samples of an "
+            "epoch"),
            ((str(tmp_path / "bad"), "--gpus", "8"), "bad/result_0.txt: a line is not an MLPerf"),
            ((str(tmp_path / "bin"), "--gpus", "8"), "bin/result_0.txt: not a text log"),
            ((str(tmp_path / "short"), "--gpus", "8"),
@@ -220,7 +233,19 @@ BAD_LOGS = {   # case: (the log, what the error line says after the file's path)
     "v05-no-run-time": (_mlp05(_with(_stamps(t0=5.0), "run_start", time=34.0)),
                         "run_final is not after run_start"),
     "no-epoch-time": (_mllog(_stamps(epochs=(9.0, 0.0, 0.0, 0.0, 0.0))),
-                      "the median epoch length"),
+                      "epoch_num 2: epoch_stop is not after epoch_start"),
+    # one epoch of no length (or less) among others: refused, though the median is positive
+    "epoch-zero": (_mllog(_stamps(epochs=(9.0, 4.0, 0.0, 3.9, 4.1))),
+                   "epoch_num 3: epoch_stop is not after epoch_start (epoch_stop - "
+                   "epoch_start = 0 s)"),
+    "epoch-negative": (_mll(_stamps(epochs=(9.0, 4.0, 4.2, -0.5, 4.1))),
+                       "epoch_num 4: epoch_stop is not after epoch_start (epoch_stop - "
+                       "epoch_start = -0.5 s)"),
+    "v05-epoch-zero": (_mlp05(_stamps(epochs=(9.0, 4.0, 0.0, 3.9, 4.1), evals_after=())),
+                       "train_epoch 2: the epoch lasts 0 s"),
+    "samples-huge": (_mllog(_stamps(train_samples=10 ** 400)),
+                     "train_samples is 1" + "0" * 36 + "..., more than "
+                     "9,223,372,036,854,775,807"),
     "deep-mllog": (_mllog(_stamps()) + f":::MLLOG {DEEP}\n", "a line is not an MLPerf event"),
     "deep-mll": (_mll(_stamps()) + f":::MLL 1.0 k: {DEEP}\n", "a line is not an MLPerf event"),
     "nan-time": (_mllog(_stamps()).replace('"time_ms": 1000000', '"time_ms": NaN', 1),

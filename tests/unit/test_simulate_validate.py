@@ -113,3 +113,17 @@ def test_cli_validate_prints_the_table_and_refuses_other_arguments():
                         "8"], cwd=REPO, capture_output=True, text=True, env=env)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.startswith("yasgd: error:") and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args,got", [
+    ("--validate --gpus 2048", "--gpus"), ("--validate --preset abci2019", "--preset"),
+    ("--validate --epochs 90.0", "--epochs"), ("--validate --gpus=2048", "--gpus"),
+    ("--validate --gp 2048", "--gpus"), ("--json x.json --validate", "--json"),
+    ("--preset list --batch 81920", "--batch")])
+def test_an_option_typed_with_validate_is_refused_even_at_its_default(args, got):
+    # what was typed counts, not whether it differs from the default (--gp: an abbreviation)
+    p = subprocess.run([sys.executable, "-m", "yasgd.cli", "simulate", *args.split()], cwd=REPO,
+                       capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    alone = "--validate" if "--validate" in args else "--preset list"
+    assert (p.returncode, p.stdout) == (2, ""), p.stdout
+    assert p.stderr == f"yasgd: error: simulate {alone} takes no other argument, got {got}\n"

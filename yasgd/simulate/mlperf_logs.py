@@ -29,6 +29,8 @@ from yasgd import UsageError, usage
 from yasgd.simulate.model import IMAGENET_TRAIN
 
 COVER = 0.8
+#: the most training samples (or images in a batch) a log may give: a 64-bit integer
+MAX_COUNT = 2 ** 63 - 1
 
 
 def _json(text: str):
@@ -91,17 +93,27 @@ def _epochs(ev: List[Dict], evals: List[tuple]):
     v0.6 on: ``epoch_start``..``epoch_stop`` paired by ``epoch_num``. v0.5: ``train_epoch``
     stamps each epoch's start, so an epoch is the time to the next stamp less the evaluations
     inside it (the last, with no stamp after it, is counted but not timed); the run ends at
-    ``run_final``."""
+    ``run_final``. UsageError naming the epoch where one lasts no time or less."""
     if any(e["key"] == "epoch_start" for e in ev):
         begin = {e["metadata"].get("epoch_num"): e["time_s"] for e in ev
                  if e["key"] == "epoch_start"}
         end = {e["metadata"].get("epoch_num"): e["time_s"] for e in ev if e["key"] == "epoch_stop"}
         nums = sorted(k for k in begin if k in end and k is not None)
+        for k in nums:
+            if not end[k] > begin[k]:
+                raise UsageError(f"epoch_num {k}: epoch_stop is not after epoch_start "
+                                 f"(epoch_stop - epoch_start = {end[k] - begin[k]:g} s)")
         return [end[k] - begin[k] for k in nums], len(nums), begin.get(nums[0]) if nums else 0, \
             "run_stop"
-    t = [e["time_s"] for e in ev if e["key"] == "train_epoch"]
+    stamps = [e for e in ev if e["key"] == "train_epoch"]
+    t = [e["time_s"] for e in stamps]
     lengths = [b - a - sum(max(0.0, min(y, b) - max(x, a)) for x, y in evals)
                for a, b in zip(t, t[1:])]
+    for e, length in zip(stamps, lengths):
+        if not length > 0:
+            raise UsageError(f"train_epoch {_shown(e['value'])}: the epoch lasts {length:g} s "
+                             "(to the next train_epoch stamp, less its evaluations), not a "
+                             "positive time")
     return lengths, len(t), t[0] if t else 0, "run_final"
 
 
@@ -154,9 +166,15 @@ def _logged(ev: List[Dict], key: str) -> Optional[int]:
     elif isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
         n = int(v)
     if n is None or n <= 0:
-        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
-        raise UsageError(f"{key} is {shown}, not a positive integer")
+        raise UsageError(f"{key} is {_shown(v)}, not a positive integer")
+    if n > MAX_COUNT:
+        raise UsageError(f"{key} is {_shown(v)}, more than {MAX_COUNT:,} (a 64-bit integer)")
     return n
+
+
+def _shown(v) -> str:
+    """``v`` as the error line shows it: its repr, cut to 40 characters."""
+    return repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
 
 
 def read_results(folder: str, gpus: int, batch: Optional[int] = None) -> Dict:
@@ -188,17 +206,24 @@ def read_results(folder: str, gpus: int, batch: Optional[int] = None) -> Dict:
         except (ValueError, KeyError, TypeError, IndexError) as e:
             raise UsageError(f"{path}: a line is not an MLPerf event ({type(e).__name__}: "
                              f"{e})") from None
+    given = batch
     batch = batch or (batches.pop() if len(batches) == 1 and None not in batches else None)
     if not batch:
         raise UsageError(f"{folder}: the logs give no single global_batch_size; pass --batch")
     if batch % gpus:
-        raise UsageError(f"global batch {batch} is not a multiple of --gpus {gpus}")
+        raise UsageError(f"global batch {_shown(batch)} is not a multiple of --gpus {gpus}")
     # the training set: as the logs give it (MLPerf v0.7 on), ImageNet's where they give none
     samples.discard(None)
+    logged = bool(samples)
     if len(samples) > 1:
         raise UsageError(f"{folder}: the logs give different train_samples: {sorted(samples)}")
     train = samples.pop() if samples else IMAGENET_TRAIN
-    steps = math.ceil(train / batch)
+    if batch > train:       # no batch of that training set; and batch x steps stays a float
+        raise UsageError(("--batch " if given else f"{folder}: the logs' global_batch_size ")
+                         + f"{_shown(batch)} is more than the {train:,} training samples of an "
+                         + ("epoch (the logs' train_samples)" if logged else
+                            "epoch (ImageNet's; the logs give no train_samples)"))
+    steps = -(-train // batch)          # the ceiling in integers: exact for any count
     used = [r for r in runs if r["stamps_cover_run"] >= COVER]
     if not used:
         raise UsageError(f"{folder}: no run's stamps cover four fifths of it")
@@ -245,4 +270,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(usage.run(main))

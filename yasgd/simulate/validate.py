@@ -20,7 +20,7 @@ import os
 import statistics
 from typing import Dict, List, Optional
 
-from yasgd import outputs
+from yasgd import outputs, usage
 from yasgd.simulate.model import predict
 
 _RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -223,4 +223,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(usage.run(main))
