@@ -14,7 +14,8 @@ reaches the script as one shell word quoted by :func:`shell_word`, and reaches a
 comment only through :func:`one_line`; a newline or NUL in a value is refused.
 Values that land in a scheduler directive (queue, group), which no shell reads,
 must match :data:`DIRECTIVE_NAMES`. The walltime and the counts are rewritten
-from the numbers they parse to.
+from the numbers they parse to. A path names the file the user named, as the job
+sees it (:func:`rendered_path`), and never starts with ``-`` (:func:`dash_safe`).
 
 Defaults: PBS (ABCI 3.0) 8 GPUs per node and queue ``rt_HF``; UGE (ABCI 2019)
 4 GPUs per node and resource type ``rt_F``; Slurm 8 GPUs per node. The
@@ -29,7 +30,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from yasgd import UsageError, config_device, config_text, outputs
 from yasgd.argtypes import YEAR_S
@@ -167,11 +168,42 @@ def _sub_line(text: str, pattern: str, line: str) -> str:
     return new
 
 
-def _config_path(config: str) -> str:
-    """Relative to the repository when inside it (the job runs there), else absolute."""
-    path = os.path.abspath(config)
-    rel = os.path.relpath(path, REPO)
-    return path if rel.startswith("..") else rel
+def dash_safe(path: str) -> str:
+    """``path``, with ``./`` before it where it starts with ``-``: the job's commands
+    (``yasgd check-config``, ``yasgd train``, qsub, sbatch) would read it as an option."""
+    return "./" + path if path.startswith("-") else path
+
+
+def rendered_path(path: str) -> str:
+    """``path`` as a job running in the repository names the very file ``path`` names:
+    relative to the repository when inside it, else absolute. The absolute form keeps
+    the names as given (symbolic links included) where it is the same file; otherwise
+    (``link/..``: the system goes up from the link's target, :func:`os.path.abspath`
+    drops the link) it is :func:`os.path.realpath`. A relative result: :func:`dash_safe`."""
+    absolute = os.path.abspath(path)
+    try:
+        same = os.path.samefile(absolute, path)
+    except OSError:
+        same = False
+    if not same:
+        absolute = os.path.realpath(path)
+    # the repository as given and as resolved: a real path starts with the latter
+    for repo in (REPO, os.path.realpath(REPO)):
+        if absolute.startswith(repo.rstrip(os.sep) + os.sep):
+            return dash_safe(os.path.relpath(absolute, repo))
+    return absolute
+
+
+class Script(str):
+    """A rendered job script (its text) with the warnings it waits to print until it is
+    written or submitted (:func:`say_warnings`): every check has passed by then, so a
+    refused command still says one line."""
+    warnings: Tuple[str, ...] = ()
+
+
+def say_warnings(script_text: str) -> None:
+    for line in getattr(script_text, "warnings", ()):
+        print(f"yasgd: warning: {one_line(line)}", file=sys.stderr)
 
 
 def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, config: str = "",
@@ -211,9 +243,8 @@ def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, conf
                          f"a year ({limit}): fewer epochs, more --nodes, or --walltime")
     wt = format_walltime(seconds)
     queue = queue or DEFAULT_QUEUE[scheduler]
-    if scheduler == "uge" and gpn != 4:  # after every check: an error stays one line
-        print(f"yasgd: warning: ABCI 2019 (UGE, rt_F) nodes hold 4 GPUs; rendering for {gpn}",
-              file=sys.stderr)
+    warnings = ([f"ABCI 2019 (UGE, rt_F) nodes hold 4 GPUs; rendering for {gpn}"]
+                if scheduler == "uge" and gpn != 4 else [])
 
     text = _template(scheduler)
     if scheduler == "pbs":
@@ -243,6 +274,7 @@ def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, conf
     # would flag a `$`, a backtick, a trailing backslash or a typographic quote
     # inside single quotes, which are literal here on purpose.
     literal = "# shellcheck disable=SC1003,SC1112,SC2016"
+    config_word = shell_word(rendered_path(config))
     block = [
         f"{BEGIN}: rendered for {nodes} node(s) x "
         f"{gpn} GPU(s) = {ranks} rank(s), {per_rank} image(s) per rank per step",
@@ -250,7 +282,7 @@ def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, conf
         literal,
         f'if [ -z "${{YASGD_HOME:-}}" ]; then YASGD_HOME={shell_word(REPO)}; fi',
         literal,
-        f'if [ -z "${{YASGD_CONFIG:-}}" ]; then YASGD_CONFIG={shell_word(_config_path(config))}; fi',
+        f'if [ -z "${{YASGD_CONFIG:-}}" ]; then YASGD_CONFIG={config_word}; fi',
         literal,
         "YASGD_RENDERED_ARGS=(" + " ".join(shell_word(o) for o in overrides) + ")",
         END,
@@ -267,7 +299,9 @@ def render(scheduler: str, nodes: int, gpus_per_node: Optional[int] = None, conf
     first_nl = text.index("\n") + 1
     directives = re.match(r"(?:#(?:PBS|\$|SBATCH|#SBATCH) .*\n)*", text[first_nl:]).end()
     cut = first_nl + directives
-    return text[:cut] + header + text[cut:]
+    script = Script(text[:cut] + header + text[cut:])
+    script.warnings = tuple(warnings)
+    return script
 
 
 def submit_command(script_text: str, scheduler: str, output: Optional[str] = None) -> List[str]:
@@ -281,7 +315,7 @@ def submit_command(script_text: str, scheduler: str, output: Optional[str] = Non
             raise UsageError("ABCI's UGE needs a group (qsub -g GROUP): render with --group")
         cmd += ["-g", m.group(1)]
     if output:
-        cmd.append(output)
+        cmd.append(dash_safe(output))
     return cmd
 
 
@@ -315,11 +349,12 @@ def write_script(script_text: str, path: Optional[str] = None, executable: bool 
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
-        return
-    try:
-        outputs.write_bytes(path, data, 0o755 if executable else None)
-    except OSError as e:
-        raise UsageError(f"cannot write --output {path!r}: {e.strerror or e}")
+    else:
+        try:
+            outputs.write_bytes(path, data, 0o755 if executable else None)
+        except OSError as e:
+            raise UsageError(f"cannot write --output {path!r}: {e.strerror or e}")
+    say_warnings(script_text)
 
 
 def submit(script_text: str, scheduler: str, output: Optional[str] = None,
@@ -343,6 +378,8 @@ def submit(script_text: str, scheduler: str, output: Optional[str] = None,
         if not path:
             write_script(script_text)
         return 0
+    if not path:
+        say_warnings(script_text)    # write_script said them where it wrote a file
     proc = subprocess.run([exe] + cmd[1:], input=None if path else
                           script_text.encode("utf-8", "surrogateescape"))
     return proc.returncode
