@@ -115,32 +115,24 @@ def test_summary_refuses_a_summary_it_cannot_write_before_reading_anything(resul
     assert _files(results) == before
 
 
-@pytest.mark.parametrize("name,make,words", [
-    ("bench_zzz.json", lambda p: p.mkdir(), ["cannot read it"]),
-    ("bench_init.md", lambda p: p.write_bytes(b"# init \xff\n"), ["not UTF-8 text"]),
+_UNREADABLE = {"folder": lambda p: p.mkdir(),
+               "not-utf8": lambda p: p.write_bytes(b"# init \xff\xfe\n")}
+
+
+@pytest.mark.parametrize("tool,name,how,words", [
+    ("bench.summary", "bench_zzz.json", "folder", ["cannot read it"]),
+    ("bench.summary", "bench_init.md", "not-utf8", ["not UTF-8 text"]),
+    *(("bench.report", log, how, [words]) for log in ("make_test.log", "make_train.log")
+      for how, words in (("folder", "cannot read it"),
+                         ("not-utf8", "not UTF-8 text (invalid start byte at byte 7)"))),
 ])
-def test_summary_refuses_a_file_it_cannot_read(results, name, make, words):
+def test_a_file_the_report_tools_cannot_read_is_named(results, tool, name, how, words):
     bad = results / name
     if bad.exists():
         bad.unlink()
-    make(bad)
+    _UNREADABLE[how](bad)
     before = _files(results)
-    _refused(_summary(results), "bench.summary", str(bad), *words)
-    assert _files(results) == before
-
-
-@pytest.mark.parametrize("name", ["make_test.log", "make_train.log"])
-@pytest.mark.parametrize("make,words", [
-    (lambda p: p.write_bytes(b"\xff\xfe garbage\n"), ["not UTF-8 text (invalid start byte"]),
-    (lambda p: p.mkdir(), ["cannot read it"]),
-], ids=["not-utf8", "folder"])
-def test_report_names_a_recorded_log_it_cannot_read(results, name, make, words):
-    bad = results / name
-    if bad.exists():
-        bad.unlink()
-    make(bad)
-    before = _files(results)
-    _refused(_check(results), "bench.report", str(bad), *words)
+    _refused((_summary if tool == "bench.summary" else _check)(results), tool, str(bad), *words)
     assert _files(results) == before
 
 
