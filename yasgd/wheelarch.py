@@ -218,8 +218,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "describe":
-            for cc in args.cc:
-                print(describe(cc))
+            lines = [describe(cc) for cc in args.cc]    # every capability checked first
+            print("\n".join(lines))
             return 0
         # what the user named, before any tool runs: each wheel, then the file --out replaces
         for w in args.wheels:

@@ -189,3 +189,13 @@ def test_inspect_names_a_bad_wheel_before_looking_for_cuobjdump(tmp_path, capsys
     # with good wheels, a missing cuobjdump is named as the option that gave it
     rc = wheelarch.main(["inspect", wheel, "--cuobjdump", no_tool])
     assert rc == 2 and f"--cuobjdump {no_tool}: " in _one_error_line(capsys)
+
+
+def test_describe_checks_every_capability_before_it_prints(capsys):
+    assert wheelarch.main(["describe", "7.0", "abc"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("yasgd: error: wheelarch describe: ") \
+        and err.count("\n") == 1, (out, err)
+    assert wheelarch.main(["describe", "7.0", "9.0"]) == 0
+    assert capsys.readouterr().out.splitlines() == [wheelarch.describe("7.0"),
+                                                    wheelarch.describe("9.0")]
