@@ -397,3 +397,21 @@ def test_summary_agrees_with_the_bench_records(tmp_path):
     md.write_text(md.read_text().replace(" met |", " not met |", 1))
     assert summary.stale(str(tmp_path))
     assert not summary.stale(str(tmp_path / "nowhere"))
+
+
+@pytest.mark.parametrize("path", DOCS, ids=_rel)
+def test_every_yasgd_name_a_python_example_uses_is_imported_by_it(path):
+    """A ``python`` example's imports, run alone in a fresh interpreter (where no other
+    module has imported a submodule for it), reach every ``yasgd.X.Y`` name it uses."""
+    import subprocess
+    import sys
+    for block in re.findall(r"```python\n(.*?)```", _read(path), re.S):
+        imports = "\n".join(ln for ln in block.splitlines()
+                            if re.match(r"(import|from) \S", ln))
+        names = sorted(set(re.findall(r"\byasgd(?:\.[A-Za-z_]\w*)+", block)))
+        probe = imports + "\nimport functools\nmissing = [n for n in " + repr(names) + (
+            " if functools.reduce(lambda o, a: getattr(o, a, None), n.split('.')[1:], yasgd)"
+            " is None]\nprint(missing)\n")
+        p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           cwd=ROOT, timeout=120)
+        assert p.returncode == 0 and p.stdout == "[]\n", (_rel(path), p.stdout, p.stderr[-500:])

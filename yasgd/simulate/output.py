@@ -13,7 +13,7 @@ from yasgd.simulate.network import ALGORITHMS
 from yasgd.simulate.presets import PRESETS, get_preset
 
 _bytes = splot._bytes
-# Yamazaki et al., arXiv 1903.12650 (paper.md): 2,048 V100, batch 81,920, ~90 epochs.
+# Yamazaki et al., arXiv 1903.12650: 2,048 V100, batch 81,920, ~90 epochs.
 PAPER = {"gpus": 2048, "batch": 81920, "epochs": 90, "images_per_s": 1.73e6,
          "time_to_train_s": 74.7, "efficiency": 0.77}
 

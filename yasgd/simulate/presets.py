@@ -256,7 +256,8 @@ PRESETS: Dict[str, Preset] = {
         # NCCL_MIN_NRINGS=4 (JobScripts/parameters): at least 4 channels, one CTA each, while a
         # collective runs; V100 has 80 SMs (NVIDIA Tesla V100 datasheet / Volta whitepaper).
         nccl_channels=4, sms=80, latency_curve=_V100_LATENCY, gpu_spread=_GPU_SPREAD,
-        sources=(("node", "paper.md (ABCI 2019 node: 4 x V100 SXM2, 2 x EDR HCAs)"),
+        sources=(("node", "the paper, arXiv 1903.12650 (ABCI 2019 node: 4 x V100 SXM2, "
+                  "2 x EDR HCAs)"),
                  ("NVLink, IB", "V100 SXM2 datasheet (NVLink 300 GB/s both directions); "
                   "InfiniBand EDR 100 Gb/s"),
                  ("NCCL", "NCCL src/graph/tuning.cc, Simple protocol (Fujitsu's NCCL 2.4.2 "

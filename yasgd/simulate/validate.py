@@ -35,12 +35,12 @@ RECORD_ABOUT = (
     "recomputes every row from the presets and fails when a constant moves a prediction by more "
     "than half a percentage point. Published figures: examples/results/mlperf_logs.json "
     "(multi_node) and the paper.")
-# Yamazaki et al., arXiv 1903.12650 (paper.md): 2,048 V100, batch 81,920, 1.73 M images/s,
+# Yamazaki et al., arXiv 1903.12650: 2,048 V100, batch 81,920, 1.73 M images/s,
 # 74.7 s; its runs predate MLPerf v0.6, so the v0.5 single-node log is its generation.
 PAPER_CASE = {"case": "paper (Yamazaki et al. 2019)", "preset": "abci2019", "mlperf_round": "v0.5",
               "gpus": 2048, "global_batch": 81920, "epochs": 90, "evals": None,
               "images_per_s": 1.73e6, "score_s": 74.7, "repository": "arXiv 1903.12650",
-              "results": "paper.md"}
+              "results": ""}
 
 
 # The software generation of a run whose framework is not that round's NVIDIA container: the
