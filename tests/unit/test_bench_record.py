@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from yasgd import UsageError
-from yasgd.bench import study, study_run
+from yasgd.bench import cache_entry, output, study, study_run
 from yasgd.bench.study_plan import QUICK
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -102,3 +102,83 @@ def test_the_command_refuses_a_mistyped_cache_before_any_work(tmp_path):
     assert "not in the cache" in run.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert not (tmp_path / "empty").exists()                    # nothing made either
+
+
+def test_max_runs_0_keeps_a_record_whose_runs_it_would_not_train_again(tmp_path):
+    """Entries of other code train again in a sitting that trains; ``--max-runs 0`` trains
+    none, so its report would lack them: refused."""
+    path, cache = _setup(tmp_path)
+    s = study_run.Study([_arm("a"), _arm("b")], QUICK, str(tmp_path / "out"), cache)
+    study_run.check_record("x", path, s, quick=True, max_runs=1)
+    with pytest.raises(UsageError, match=r"bench x: --out: .*bench_x.json holds 2 run\(s\), 2 "
+                                         r"of them of other code than this checkout's; "
+                                         r"--max-runs 0 trains none of them again"):
+        study_run.check_record("x", path, s, quick=True, max_runs=0)
+
+
+def test_a_record_of_the_other_scale_is_kept_where_its_runs_are_not_in_the_cache(tmp_path):
+    path, cache = _setup(tmp_path, cached=("k1",), quick=False)
+    s = study_run.Study([_arm("a")], QUICK, str(tmp_path / "out"), cache)
+    with pytest.raises(UsageError, match=r"holds 2 run\(s\), 1 of them not in the cache"):
+        study_run.check_record("x", path, s, quick=True)
+
+
+def _deep(p):
+    p.write_text("[" * 200_000)
+
+
+def _pipe(p):
+    os.mkfifo(p)
+
+
+def _device(p):
+    os.symlink("/dev/zero", p)
+
+
+def _huge(p):
+    with open(p, "wb") as f:
+        f.truncate(output.MAX_JSON_BYTES + 1)
+
+
+@pytest.mark.parametrize("make,why", [
+    (_deep, "JSON nested deeper than the parser goes"),
+    (_pipe, "not a regular file"),             # a read would wait for a writer for good
+    (_device, "not a regular file"),           # a read would never end
+    (_huge, f"{output.MAX_JSON_BYTES + 1:,} bytes, more than the {output.MAX_JSON_BYTES:,}"),
+], ids=["nested", "pipe", "device", "huge"])
+def test_a_cache_file_a_bench_cannot_have_written_is_named_not_read(tmp_path, make, why):
+    make(tmp_path / "k1.json")
+    assert cache_entry.Cache(str(tmp_path)).read("k1")[0] is None
+    assert why in cache_entry.Cache(str(tmp_path)).read("k1")[1]
+    with pytest.raises(ValueError, match=why.split(",")[0]):
+        output.read_json(str(tmp_path / "k1.json"))     # a record at --out is read so too
+
+
+def test_a_result_field_never_replaces_what_the_run_is(tmp_path):
+    s = study_run.Study([_arm("a")], QUICK, str(tmp_path / "out"), str(tmp_path / "c"))
+    res = {"arm": "ghost", "key": "0" * 16, "lr": 99.0, "seed": 7, "val_top1": 0.5}
+    search = study.Search(_arm("a"), [1.0], 1.0, True, False, [], {(1.0, 0): res})
+    (rec,) = s.records([search])
+    run = s.run_of(_arm("a"), 1.0, 0)
+    assert (rec["arm"], rec["key"], rec["lr"], rec["seed"]) == ("a", run.key, run.lr, 0)
+    assert rec["val_top1"] == 0.5
+
+
+def test_a_report_that_cannot_be_written_is_one_line_and_a_refused_sitting_makes_no_out(
+        tmp_path):
+    from yasgd import outputs
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    (tmp_path / "blocked").mkdir()
+
+    def report(*args):          # a real write that fails: its target is a folder
+        outputs.write_text(str(tmp_path / "blocked"), "x")
+    args = ("x", "bench x", [_arm("a")], QUICK, str(out), True, 1)
+    with pytest.raises(UsageError, match=rf"bench x: --out {out}: writing its report failed "
+                                         rf"\(Is a directory\); every finished run is kept"):
+        study_run.run_bench(*args, 0, None, str(cache), report)
+    with study_run.cache_lock(str(cache)):      # a sitting holds the cache: the next is refused
+        out2 = tmp_path / "out2"
+        with pytest.raises(UsageError, match="another bench is training into this cache"):
+            study_run.run_bench("x", "bench x", [_arm("a")], QUICK, str(out2), True, 1, 1,
+                                None, str(cache), report)
+        assert not out2.exists()

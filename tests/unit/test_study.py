@@ -371,28 +371,33 @@ def test_cache_reads_only_entries_of_this_code(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_a_table_has_one_code_version_over_the_modules_its_runs_loaded():
+def test_a_table_has_one_code_version_over_the_modules_its_runs_loaded(tmp_path):
     """An arm that loads one module more (precise BN loads yasgd.bn) is the same code: the
     table's version covers every module any run loaded, each with its one digest; two digests
-    of a module, or two environments, are never one table."""
+    of a module, or two environments, are never one table, and the line names an entry of
+    each side (an edited entry would otherwise stop every sitting without a name)."""
     from yasgd.bench.study_run import CodeChanged, Study
     env = runcache.environment()
     a, b, c = "1" * 64, "2" * 64, "3" * 64
+    arm = _arm(batch=1024)          # a batch the quick scale's subset holds
+    st = Study([arm], plan.QUICK, str(tmp_path))
+    key = [st.run_of(arm, 1.0, i).key for i in range(2)]
 
     def searches(*runs):
         res = {(1.0, i): {"code": code, "env": e} for i, (code, e) in enumerate(runs)}
-        return [study.Search(_arm(), [1.0], None, False, False, [], res)]
-    two = Study.code(searches(({"yasgd.train": a}, env),
-                              ({"yasgd.train": a, "yasgd.bn": b}, env)))
+        return [study.Search(arm, [1.0], None, False, False, [], res)]
+    two = st.code(searches(({"yasgd.train": a}, env),
+                           ({"yasgd.train": a, "yasgd.bn": b}, env)))
     assert two == {"modules": {"yasgd.bn": b, "yasgd.train": a}, "env": env,
                    "version": runcache.code_version({"yasgd.bn": b, "yasgd.train": a}, env)}
-    assert Study.code(searches(({"yasgd.train": a, "yasgd.bn": b}, env))) == two
-    with pytest.raises(CodeChanged, match="two versions of yasgd.train"):
-        Study.code(searches(({"yasgd.train": a}, env), ({"yasgd.train": c}, env)))
-    with pytest.raises(CodeChanged, match="2 environments"):
-        Study.code(searches(({"yasgd.train": a}, env),
-                            ({"yasgd.train": a}, dict(env, mxnet="0.0"))))
-    assert Study.code([])["version"] is None
+    assert st.code(searches(({"yasgd.train": a, "yasgd.bn": b}, env))) == two
+    named = f"{key[0]}.json and {key[1]}.json in the cache {st.cache.root}"
+    with pytest.raises(CodeChanged, match=f"two versions of yasgd.train: {named}"):
+        st.code(searches(({"yasgd.train": a}, env), ({"yasgd.train": c}, env)))
+    with pytest.raises(CodeChanged, match=f"in 2 environments: {named}; the code changed"):
+        st.code(searches(({"yasgd.train": a}, env),
+                         ({"yasgd.train": a}, dict(env, mxnet="0.0"))))
+    assert st.code([])["version"] is None
 
 
 def test_loaded_code_hashes_the_sources_this_process_imported():

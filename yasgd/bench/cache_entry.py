@@ -36,12 +36,13 @@ class Cache(runcache.RunCache):
         """(the entry, None) for a well-formed entry of any code, (None, None) where there is
         no file, (None, why) for a file that is not an entry."""
         try:
-            with open(self.path(key)) as f:
-                entry = json.load(f)
+            entry = common.read_json(self.path(key))
         except FileNotFoundError:
             return None, None
-        except ValueError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
             return None, "not JSON"
+        except ValueError as e:             # no regular file, too large, nested too deep
+            return None, str(e)
         except OSError as e:
             return None, f"unreadable: {e.strerror or type(e).__name__}"
         why = mismatch(entry, ENTRY)

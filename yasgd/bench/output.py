@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from yasgd import UsageError, outputs
@@ -174,9 +175,28 @@ def bar_chart(path: str, labels: Sequence[str], values: Sequence[float], xlabel:
     return path
 
 
+#: the largest JSON file a bench reads back (a run's cache entry, the record at ``--out``):
+#: far above what a bench writes, far below what would exhaust the memory
+MAX_JSON_BYTES = 64 << 20
+
+
 def read_json(path: str) -> Dict[str, object]:
-    with open(path) as f:
-        return json.load(f)
+    """The JSON of the file ``path``: OSError where it cannot be read; ValueError where it
+    is no regular file (a pipe would block the read for good, a device never end it), is
+    larger than :data:`MAX_JSON_BYTES`, or is not JSON (nested deeper than the parser's
+    recursion goes included)."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError("not a regular file")
+    if st.st_size > MAX_JSON_BYTES:
+        raise ValueError(f"{st.st_size:,} bytes, more than the {MAX_JSON_BYTES:,} a bench "
+                         "writes")
+    with open(path, "rb") as f:
+        data = f.read(MAX_JSON_BYTES + 1)
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested deeper than the parser goes") from None
 
 
 def write_text(path: str, text: str) -> None:

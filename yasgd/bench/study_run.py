@@ -27,6 +27,7 @@ from yasgd import UsageError
 from yasgd.bench import cache_entry, common, machine, output, runcache
 from yasgd.bench.study import Arm, Run, Search, runs_left, search
 from yasgd.bench.study_plan import Scale, overrides
+from yasgd.bench.study_guard import check_record  # noqa: F401 -- run_bench, and its tests
 from yasgd.bench.study_procs import Workers, first_done
 from yasgd.meter import TrainingError
 from yasgd.supervise import Stopped, die_with_parent, stop_by_unwinding
@@ -139,35 +140,43 @@ class Study:
                 rec = {"arm": s.arm.name, "batch": s.arm.batch, "optimizer": s.arm.optimizer,
                        "lr": run.lr, "factor": f, "seed": seed, "key": run.key,
                        "chosen_lr": f == s.best}
+                who = dict(rec)     # what the run is: no field of its result replaces it
                 rec.update({k: v for k, v in res.items() if k not in ("code", "env")})
+                rec.update(who)
                 out.append(rec)
         return out
 
-    @staticmethod
-    def code(searches: Sequence[Search]) -> Dict[str, object]:
+    def code(self, searches: Sequence[Search]) -> Dict[str, object]:
         """The training code the runs of ``searches`` ran, from what each run recorded: every
         ``yasgd`` module any of them loaded with its one source digest (an arm that loads a
         module the others do not, such as ``yasgd.bn`` for precise BN, adds it), their one
         environment, and ``version``, the digest of both. The cache serves only runs of this
         checkout's code, so a module with two digests (or two environments) means the code
-        changed while the bench ran; that is never built into a table."""
-        modules: Dict[str, str] = {}
-        envs: List[object] = []
+        changed while the bench ran, or an entry was edited; that is never built into a
+        table, and the line names a run of each side."""
+        modules: Dict[str, Tuple[str, str]] = {}       # module -> (digest, a run's key)
+        envs: List[Tuple[object, str]] = []            # (environment, a run's key)
         for s in searches:
-            for res in s.results.values():
+            for (f, seed), res in sorted(s.results.items()):
+                key = self.run_of(s.arm, f, seed).key
                 for m, sha in (res.get("code") or {}).items():
-                    if modules.setdefault(m, sha) != sha:
-                        raise CodeChanged(f"the runs of this table ran two versions of {m}: "
-                                          f"the code changed while the bench ran; run it "
-                                          f"again")
-                if res.get("env") is not None and res["env"] not in envs:
-                    envs.append(res["env"])
+                    first = modules.setdefault(m, (sha, key))
+                    if first[0] != sha:
+                        raise CodeChanged(self._two(f"two versions of {m}", first[1], key))
+                env = res.get("env")
+                if env is not None and env not in [e for e, _ in envs]:
+                    envs.append((env, key))
         if len(envs) > 1:
-            raise CodeChanged(f"the runs of this table ran in {len(envs)} environments: "
-                              f"{envs}; run it again")
-        env = envs[0] if envs else {}
-        return {"modules": dict(sorted(modules.items())), "env": env,
-                "version": runcache.code_version(modules, env) if modules else None}
+            raise CodeChanged(self._two(f"in {len(envs)} environments", envs[0][1], envs[1][1]))
+        env = envs[0][0] if envs else {}
+        digests = {m: sha for m, (sha, _) in sorted(modules.items())}
+        return {"modules": digests, "env": env,
+                "version": runcache.code_version(digests, env) if digests else None}
+
+    def _two(self, what: str, a: str, b: str) -> str:
+        return (f"the runs of this table ran {what}: {a}.json and {b}.json in the cache "
+                f"{self.cache.root}; the code changed while the bench ran (run it again), or "
+                f"an entry was edited (remove it: its run trains again)")
 
     # -- one run ---------------------------------------------------------------------
     def _train(self, run: Run, threads: int, workers: Workers) -> Dict[str, object]:
@@ -301,43 +310,6 @@ def compute(records: Sequence[Dict[str, object]], searches: Sequence[Search]) ->
             if records else None}
 
 
-def check_record(name: str, path: str, study: Study, quick: bool) -> None:
-    """Refuse (UsageError, before any work) a sitting whose report would replace the record
-    at ``path`` with one that lacks some of its runs: an arm of it that ``--arms`` leaves
-    out, or a run whose entry this sitting's cache does not have at all (another cache, or a
-    mistyped ``--cache``), or a file there that is not an entry (``cache_entry``). An entry of
-    other code counts as there: its run trains again, as a change of code asks. A record of
-    the other scale (``--quick`` or not) is another table."""
-    try:
-        old = common.read_json(path)
-    except (OSError, ValueError):
-        return                                  # none (or none of a bench's) to lose
-    if not isinstance(old, dict) or bool(old.get("quick")) != quick:
-        return
-    runs = [r for r in old.get("records") or [] if isinstance(r, dict)]
-    left_out = sorted({r.get("arm") for r in runs} - {a.name for a in study.arms} - {None})
-    if left_out:
-        named = ", ".join(map(str, left_out[:4])) + (f" and {len(left_out) - 4} more"
-                                                     if len(left_out) > 4 else "")
-        raise UsageError(f"bench {name}: --out: {path} holds the runs of {len(left_out)} arm(s) "
-                         f"that --arms leaves out ({named}); this sitting's report would drop "
-                         f"them: pass another --out (the runs stay in the cache, from which "
-                         f"the command without --arms writes the whole table)")
-    missing, bad = 0, []
-    for r in runs:
-        entry, why = study.cache.read(str(r.get("key")))
-        missing += entry is None
-        if why is not None:
-            bad.append(f"{r.get('key')}.json there is not a run a bench wrote: {why}")
-    if missing:
-        more = f", and {len(bad) - 1} more like it" if len(bad) > 1 else ""
-        raise UsageError(f"bench {name}: --out: {path} holds {len(runs)} run(s), "
-                         f"{missing} of them not in the cache {study.cache.root}"
-                         f"{f' ({bad[0]}{more})' if bad else ''}; this "
-                         f"sitting's report would drop them: pass --cache with the cache they "
-                         f"are in, or another --out")
-
-
 def ahead_line(study: Study, jobs: int) -> Optional[str]:
     """What a sitting has ahead, said before it starts: the runs it needs at least, and the
     hours they take ``jobs`` side by side at the mean wall time of the runs of this code
@@ -372,11 +344,20 @@ def run_bench(name: str, intro: str, arms: Sequence[Arm], scale: Scale, out_dir:
     at ``out_dir`` is only ever replaced by one that holds all its runs (:func:`check_record`)."""
     jobs = default_jobs() if jobs is None else jobs
     study = Study(arms, scale, out_dir, cache)
-    check_record(name, os.path.join(out_dir, f"bench_{name}.json"), study, quick)
-    os.makedirs(out_dir, exist_ok=True)     # --max-runs 0 writes the report and nothing else
+
+    def write(*args):       # a full disk under --out: one line; the runs stay in the cache
+        try:
+            return report(*args)
+        except OSError as e:
+            raise UsageError(f"bench {name}: --out {out_dir}: writing its report failed "
+                             f"({e.strerror or e}); every finished run is kept in the cache "
+                             f"{study.cache.root}") from None
+
+    check_record(name, os.path.join(out_dir, f"bench_{name}.json"), study, quick, max_runs)
     # --max-runs 0 trains nothing: the tables of the cache as it is, beside a sitting
     with cache_lock(study.cache.root) if max_runs != 0 else contextlib.nullcontext():
         common.say(f"{intro}, {jobs} runs side by side; cache {study.cache.root}")
+        os.makedirs(out_dir, exist_ok=True)     # once the sitting is let in and has spoken
         if max_runs != 0:
             ahead = ahead_line(study, jobs)
             if ahead:
@@ -384,7 +365,7 @@ def run_bench(name: str, intro: str, arms: Sequence[Arm], scale: Scale, out_dir:
         t0 = time.time()
         searches = study.run(jobs, max_runs=max_runs,
                              stop_after_s=None if stop_after is None else 60 * stop_after,
-                             on_progress=lambda ss, p: report(study, ss, out_dir, quick, jobs,
-                                                              time.time() - t0, True, True))
+                             on_progress=lambda ss, p: write(study, ss, out_dir, quick, jobs,
+                                                             time.time() - t0, True, True))
         partial = any(not s.done for s in searches)
-        return report(study, searches, out_dir, quick, jobs, time.time() - t0, partial)
+        return write(study, searches, out_dir, quick, jobs, time.time() - t0, partial)
