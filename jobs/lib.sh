@@ -66,8 +66,8 @@ yasgd_load_modules() {
 # (the first node of the job; the nodes of a job are alike), else 0.
 yasgd_gpus_per_node() {
   if [ -n "${YASGD_GPUS_PER_NODE:-}" ]; then
-    [[ $YASGD_GPUS_PER_NODE =~ ^[0-9]+$ ]] \
-      || yasgd_die "YASGD_GPUS_PER_NODE must be a number, got '$YASGD_GPUS_PER_NODE'"
+    [[ $YASGD_GPUS_PER_NODE =~ ^[0-9]{1,4}$ ]] \
+      || yasgd_die "YASGD_GPUS_PER_NODE must be a number 0-9999, got '$YASGD_GPUS_PER_NODE'"
     echo "$YASGD_GPUS_PER_NODE"
   elif command -v nvidia-smi >/dev/null 2>&1; then
     nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true
@@ -77,18 +77,19 @@ yasgd_gpus_per_node() {
 }
 
 # yasgd_slurm_hostlist OUT: the nodes of this Slurm job, each written once per
-# task it holds ($SLURM_TASKS_PER_NODE, e.g. "8(x3),4").
+# task it holds ($SLURM_TASKS_PER_NODE, e.g. "8(x3),4"). Each count is read by a
+# pattern before any arithmetic, which would evaluate what else the value held.
 yasgd_slurm_hostlist() {
-  local out=$1 spec counts=() hosts=() specs=() i j n
+  local out=$1 spec counts=() hosts=() specs=() i j n shown
   IFS=, read -r -a specs <<< "${SLURM_TASKS_PER_NODE:-1}"
   for spec in "${specs[@]}"; do
-    if [[ $spec =~ ^([0-9]+)\(x([0-9]+)\)$ ]]; then
-      for ((i = 0; i < BASH_REMATCH[2]; i++)); do counts+=("${BASH_REMATCH[1]}"); done
-    else
-      counts+=("$spec")
+    if ! [[ $spec =~ ^([1-9][0-9]{0,5})(\(x([1-9][0-9]{0,5})\))?$ ]]; then
+      printf -v shown '%q' "$SLURM_TASKS_PER_NODE"
+      yasgd_die "SLURM_TASKS_PER_NODE=$shown: each entry must be a task count N or N(xM)"
     fi
+    for ((i = 0; i < ${BASH_REMATCH[3]:-1}; i++)); do counts+=("${BASH_REMATCH[1]}"); done
   done
-  mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:?not in a Slurm job}")
+  mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
   : > "$out"
   for i in "${!hosts[@]}"; do
     n=${counts[i]:-1}
@@ -96,18 +97,32 @@ yasgd_slurm_hostlist() {
   done
 }
 
-# yasgd_hostfile LIST OUT RANKS_PER_NODE: an OpenMPI hostfile from a host list
-# (one host per line, repeated once per slot as in $PBS_NODEFILE; further
-# columns ignored). Each host gets RANKS_PER_NODE slots when that is > 0 (one
-# rank per GPU), else as many slots as it has lines. Sets YASGD_NP, YASGD_NNODES.
+# yasgd_hostfile WHAT LIST RANKS_PER_NODE: an OpenMPI hostfile, on stdout, from a
+# host list (one host per line, repeated once per slot as in $PBS_NODEFILE; further
+# columns, blank lines and # comments ignored). Each host gets RANKS_PER_NODE slots
+# when that is > 0 (one rank per GPU), else as many slots as it has lines. A line
+# whose first word is no host name (letters, digits, '.', '_', '-'), or no host at
+# all, stops the job naming WHAT (the scheduler's file).
 yasgd_hostfile() {
-  local list=$1 out=$2 ppn=$3
-  awk -v ppn="$ppn" 'NF && $1 !~ /^#/ { if (!($1 in n)) order[++k] = $1; n[$1]++ }
-    END { for (i = 1; i <= k; i++) print order[i] " slots=" (ppn > 0 ? ppn : n[order[i]]) }' \
-    "$list" > "$out"
-  YASGD_NNODES=$(wc -l < "$out")
-  YASGD_NP=$(awk -F'slots=' '{ s += $2 } END { print s + 0 }' "$out")
-  [ "$YASGD_NP" -gt 0 ] || yasgd_die "host list $list holds no host"
+  local what=$1 list=$2 ppn=$3 out
+  out=$(LC_ALL=C awk -v ppn="$ppn" 'NF && $1 !~ /^#/ {
+      if ($1 !~ /^[A-Za-z0-9][A-Za-z0-9._-]*$/) {   # shown with what cannot be printed as ?
+        bad = $1; gsub(/[^!-~]/, "?", bad); print "!line " FNR " is not a host name: " bad
+        failed = 1; exit }
+      if (!($1 in n)) order[++k] = $1; n[$1]++ }
+    END { if (!failed) for (i = 1; i <= k; i++)
+            print order[i] " slots=" (ppn > 0 ? ppn : n[order[i]]) }' "$list")
+  case $out in
+    "!"*) yasgd_die "host list $what: ${out#!}" ;;    # (no host name starts with !)
+    "") yasgd_die "host list $what holds no host" ;;
+  esac
+  printf '%s\n' "$out"
+}
+
+# yasgd_world HOSTFILE_TEXT: sets YASGD_NNODES and YASGD_NP from yasgd_hostfile's output.
+yasgd_world() {
+  YASGD_NNODES=$(printf '%s\n' "$1" | wc -l)
+  YASGD_NP=$(printf '%s\n' "$1" | awk -F'slots=' '{ s += $2 } END { print s + 0 }')
 }
 
 # yasgd_srun_mpi: the srun --mpi plugin that this srun and this OpenMPI share, pmix
@@ -194,45 +209,58 @@ yasgd_job() {
     0|1) ;;
     *) yasgd_die "YASGD_PREFLIGHT must be 1 (run the preflight) or 0 (skip it), got '$YASGD_PREFLIGHT'" ;;
   esac
-  if [ "${YASGD_PREFLIGHT:-1}" = 1 ]; then
-    local why   # preflight --timeout's own rule (yasgd.argtypes.seconds)
-    why=$("$py" -c 'import argparse, sys
+  local why   # the interpreter has yasgd and what its checks import; preflight --timeout's
+  why=$("$py" -c 'import argparse, sys
+import yasgd.config
 from yasgd import argtypes
 try:
     argtypes.seconds()(sys.argv[1])
 except argparse.ArgumentTypeError as e:
-    print(e)' "${YASGD_PREFLIGHT_TIMEOUT:-120}") || yasgd_die "'$py' could not import yasgd"
-    [ -z "$why" ] || yasgd_die "YASGD_PREFLIGHT_TIMEOUT $why"
-  fi
+    print(e)' "${YASGD_PREFLIGHT_TIMEOUT:-120}" 2>/dev/null) \
+    || yasgd_die "'$py' cannot import yasgd and the packages it needs (set YASGD_PYTHON to" \
+                 "the python of its venv, $YASGD_HOME/.venv/bin/python after make install)"
+  [ -z "$why" ] || yasgd_die "YASGD_PREFLIGHT_TIMEOUT $why"
 
   # Overrides: rendered ones, then YASGD_ARGS, then the script's arguments;
   # run.dir is the job's run directory, always.
-  local env_args=() args=()
+  local env_args=() args=() arg shown
   yasgd_split "${YASGD_ARGS:-}"
   env_args=("${YASGD_WORDS[@]}")
   args=("${YASGD_RENDERED_ARGS[@]}" "${env_args[@]}" "$@")
+  for arg in "${args[@]}"; do     # an option (--help) would reach check-config and train
+    printf -v shown '%q' "$arg"
+    [[ $arg != -* ]] || yasgd_die "$shown is not a section.key=value override (the job's" \
+                                  "arguments and YASGD_ARGS hold overrides only)"
+  done
 
-  # Ranks: one per GPU; without GPUs, one per slot the scheduler gave.
-  local gpus name run_dir
+  # Ranks: one per GPU; without GPUs, one per slot the scheduler gave. The host list
+  # and the launcher are checked before the run directory is made.
+  local gpus name run_dir hosts
   gpus=$(yasgd_gpus_per_node)
-  name=${YASGD_NAME:-$(basename "${YASGD_CONFIG%.*}")}
-  # The run directory's name keeps [A-Za-z0-9._+-] only: it becomes part of
-  # the run.dir override, whose value the config parses as YAML.
-  name=${name//[^A-Za-z0-9._+-]/_}
-  run_dir=$(yasgd_new_run_dir "$name-$sched-${jobid//\//_}")
   if [ -n "$hostlist" ]; then
-    cp "$hostlist" "$run_dir/hostlist.orig"
+    hosts=$(yasgd_hostfile "$hostlist" "$hostlist" "$gpus") || exit 2
   else
     yasgd_log "no host list from the scheduler: running on $(hostname) alone"
-    hostname > "$run_dir/hostlist.orig"
+    hosts=$(yasgd_hostfile "of this host" <(hostname) "$gpus") || exit 2
   fi
-  yasgd_hostfile "$run_dir/hostlist.orig" "$run_dir/hostfile" "$gpus"
-  args+=("run.dir=$run_dir")
+  yasgd_world "$hosts"
   yasgd_launcher "$YASGD_NNODES"
   local launcher=$YASGD_LAUNCHER_USED
   if [ "$launcher" = mpirun ]; then
     command -v mpirun >/dev/null 2>&1 || yasgd_die "mpirun not found (module load hpcx / openmpi?)"
   fi
+  name=${YASGD_NAME:-$(basename "${YASGD_CONFIG%.*}")}
+  # The run directory's name keeps [A-Za-z0-9._+-] only; the run.dir override
+  # quotes the whole path for YAML (a ' #' or ': ' in YASGD_RUNS stays the path's).
+  name=${name//[^A-Za-z0-9._+-]/_}
+  run_dir=$(yasgd_new_run_dir "$name-$sched-${jobid//\//_}")
+  if [ -n "$hostlist" ]; then
+    cp "$hostlist" "$run_dir/hostlist.orig"
+  else
+    hostname > "$run_dir/hostlist.orig"
+  fi
+  printf '%s\n' "$hosts" > "$run_dir/hostfile"
+  args+=("run.dir='${run_dir//\'/\'\'}'")
   yasgd_log "$sched job $jobid: $YASGD_NNODES node(s), $YASGD_NP rank(s), GPUs/node: $gpus, run directory: $run_dir"
 
   # Provenance, before MPI starts: resolved config (validated for this world

@@ -440,7 +440,8 @@ def test_ranks_per_node_follow_the_gpus(tmp_path):
     pbs.write_text("".join(f"{h}\n" for h in ["a"] * 8 + ["b"] * 8))
     uge = tmp_path / "sge_hostlist"
     uge.write_text("a\nb\nc\n")
-    show = 'yasgd_hostfile "$1" "$2" "$(yasgd_gpus_per_node)"; echo "np=$YASGD_NP nodes=$YASGD_NNODES"; cat "$2"'
+    show = ('h=$(yasgd_hostfile "$1" "$1" "$(yasgd_gpus_per_node)"); yasgd_world "$h"; '
+            'echo "np=$YASGD_NP nodes=$YASGD_NNODES"; printf "%s\\n" "$h"')
     gpu8 = _lib(tmp_path, f"set -- {pbs} {tmp_path}/h1; {show}", PATH=_fake_tools(tmp_path, 8))
     assert "np=16 nodes=2" in gpu8 and "a slots=8\nb slots=8\n" in gpu8
     gpu4 = _lib(tmp_path, f"set -- {uge} {tmp_path}/h2; {show}", PATH=_fake_tools(tmp_path, 4))

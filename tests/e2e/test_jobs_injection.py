@@ -224,7 +224,7 @@ def test_job_passes_every_value_exactly(tmp_path, scheduler):
     assert r.returncode == 0, r.stdout[-4000:]
     job_dir = job_dir_of(tmp_path, scheduler, job_id)
     expected = ([f"{rec}/*", config] + overrides + [GLOBBY, "data.limit=2048"] + script_args
-                + [f"run.dir={job_dir}"])
+                + [f"run.dir='{job_dir}'"])      # quoted for YAML: a path is text
     for rank in (0, 1):
         assert json.loads((rec / f"argv.{rank}.json").read_text()) == expected
     # command.sh and job.txt hold the same values, %q-quoted.

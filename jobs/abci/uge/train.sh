@@ -28,6 +28,7 @@ YASGD_RENDERED_ARGS=()
   printf '[yasgd-job] error: YASGD_HOME=%s is not the yasgd repository (no jobs/lib.sh): submit from it or set YASGD_HOME\n' "$YASGD_HOME" >&2
   exit 2
 }
+YASGD_HOME=$(cd "$YASGD_HOME" && pwd)   # absolute: the job changes directory
 
 # ABCI 2019 software stack (Fujitsu's MLPerf v0.6 scripts loaded these), versions pinned in
 # one place (jobs/modules.sh).
