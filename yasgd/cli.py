@@ -17,6 +17,7 @@ from yasgd.importing import ctrl_c_ends_imports
 
 with ctrl_c_ends_imports():          # until main() reports a Ctrl-C itself
     import argparse
+    import errno
     import json
     import os
     import signal
@@ -208,6 +209,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 128 + signum
 
 
+#: what an OSError says where the user's own files are not the command's to read or write
+_NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
 def _main(argv: List[str]) -> int:
     if argv[:1] == ["launch"]:
         from yasgd import launch
@@ -241,6 +246,10 @@ def _main(argv: List[str]) -> int:
             return faults.report_stop(e)
         if not isinstance(e, Exception):
             raise
+        if isinstance(e, OSError) and e.errno in _NOT_ALLOWED and e.filename:
+            # a file or folder of the user's that this user may not read or write (a
+            # checkpoint, a dataset, a run folder): its name, not a traceback
+            return usage.error("", f"{e.filename}: {e.strerror}")
         import yasgd.checkpoint as checkpoint, yasgd.train as train
         if isinstance(e, (train.TrainingError, checkpoint.CheckpointError)):
             usage.error("", e)

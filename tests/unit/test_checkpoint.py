@@ -410,3 +410,24 @@ def test_first_nonfinite_step_single_rank():
     w = World()
     assert faults.first_nonfinite_step(w, step=10, bad_steps=3) == 8
     assert faults.first_nonfinite_step(w, step=10, bad_steps=0) is None
+
+
+def test_a_checkpoint_file_this_user_may_not_read_is_one_line(tmp_path):
+    """A checkpoint the user points at, with a file this user may not read: the command
+    names the file (exit 2), no traceback. Root reads anything, so as root the command
+    runs without the capabilities that let it (setpriv)."""
+    import sys
+    ckpt = saved(tmp_path / "runs")[-1]
+    os.chmod(os.path.join(ckpt, "MANIFEST.json"), 0)
+    cmd = [os.path.join(os.path.dirname(sys.executable), "yasgd"), "check-config",
+           os.path.join(os.path.dirname(__file__), "..", "..", "examples", "configs",
+                        "tiny.yaml"), f"run.dir={tmp_path}/runs", f"run.resume={ckpt}",
+           "--run-dir"]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root without setpriv: root reads any file")
+        cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *cmd]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stdout) == (2, ""), p.stderr
+    assert p.stderr == (f"yasgd: error: {os.path.join(ckpt, 'MANIFEST.json')}: Permission "
+                        "denied\n"), p.stderr

@@ -75,8 +75,9 @@ def test_labels_past_model_classes_are_refused_naming_the_file(fashion):
 def test_only_the_files_that_are_there_are_read(fashion):
     os.remove(fashion / "t10k-labels-idx1-ubyte")   # the data check names it, not this one
     fit.check(_cfg(fashion, 4))
-    _idx(fashion / "t10k-labels-idx1-ubyte", np.zeros(0))   # no label at all: nothing to fit
-    fit.check(_cfg(fashion, 4))
+    _idx(fashion / "t10k-labels-idx1-ubyte", np.zeros(0))   # no label at all: nothing to fit,
+    with pytest.raises(UsageError, match="test has 32 images but 0 labels"):    # but the
+        fit.check(_cfg(fashion, 4))                             # loader would refuse them
     with pytest.raises(UsageError, match="dataset directory not found"):
         from yasgd import data
         cfg = _cfg(fashion / "gone", 4)
@@ -115,6 +116,29 @@ def test_train_and_check_config_refuse_in_one_line_and_make_nothing(fashion, tmp
     assert not os.path.exists(tmp_path / "runs")
     p = _cli("check-config", TINY, *over)              # the data are checked only when asked
     assert p.returncode == 0, p.stderr
+
+
+def _header_cut(root):
+    (root / "train-images-idx3-ubyte").write_bytes(struct.pack(">I", 0x0803) + b"\0" * 6)
+    return f"{root}/train-images-idx3-ubyte is truncated: its header ends before its dimensions"
+
+
+def _labels_more(root):
+    _idx(root / "t10k-labels-idx1-ubyte", np.arange(40) % 5)
+    return f"{root}: test has 32 images but 40 labels"
+
+
+@pytest.mark.parametrize("damage", [_header_cut, _labels_more], ids=["header-cut", "labels"])
+def test_files_the_loader_would_refuse_are_refused_before_any_work(fashion, tmp_path, damage):
+    """What the loader refuses only once the run's folder is made (or, a header cut short,
+    with a traceback) is one line first, from train and from check-config --data."""
+    line = f"yasgd: error: {damage(fashion)}\n"
+    over = [f"data.root={fashion}", "data.limit=0", "data.eval_limit=0", "train.global_batch=16",
+            f"run.dir={tmp_path}/runs"]
+    for args in (["train", TINY, *over], ["check-config", TINY, *over, "--data"]):
+        p = _cli(*args)
+        assert (p.returncode, p.stdout, p.stderr) == (2, "", line), args
+    assert not os.path.exists(tmp_path / "runs")
 
 
 def _crops(pad, epochs=10):

@@ -20,7 +20,7 @@ names a missing one. Synthetic data follow the config and are not checked."""
 from __future__ import annotations
 
 import os
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from yasgd import UsageError
 
@@ -28,8 +28,10 @@ from yasgd import UsageError
 def check(cfg) -> None:
     """UsageError where the dataset ``cfg.data`` names does not fit ``cfg`` (above)."""
     if cfg.data.kind == "fashion_mnist":
-        count = _check_idx_labels(cfg.data.root, cfg.model.classes)
-        _check_idx_side(cfg.data)
+        read: Dict[str, object] = {}        # each file read once by the checks below
+        count = _check_idx_labels(cfg.data.root, cfg.model.classes, read)
+        _check_idx_side(cfg.data, read)
+        _check_idx_counts(cfg.data.root, read)
     elif cfg.data.kind == "recordio":
         count = _check_recordio(cfg.data.root, cfg.model.classes)
     else:
@@ -38,7 +40,37 @@ def check(cfg) -> None:
         _check_one_step(cfg, *count)
 
 
-def _check_idx_labels(root: str, classes: int) -> Optional[Tuple[int, str]]:
+def _read_idx(path: str, read: Dict[str, object]):
+    """The loader's reader of an IDX file (kept in ``read``); a header that ends before the
+    dimensions its magic announces is named as the loader names a file cut short."""
+    import struct
+
+    from yasgd.data import fashion_mnist
+    if path not in read:
+        try:
+            read[path] = fashion_mnist._read_idx(path)
+        except struct.error:
+            raise UsageError(f"{path} is truncated: its header ends before its "
+                             "dimensions") from None
+    return read[path]
+
+
+def _check_idx_counts(root: str, read: Dict[str, object]) -> None:
+    """Each split's images and labels, one label an image, as the loader requires (it
+    would refuse them only once the run's folder is made)."""
+    from yasgd.data import fashion_mnist
+    for split, stems in fashion_mnist.FILES.items():
+        try:
+            images, labels = (fashion_mnist._find(root, stem) for stem in stems)
+        except UsageError:
+            continue                    # not there: fashion_mnist.check names it
+        n, m = len(_read_idx(images, read)), len(_read_idx(labels, read))
+        if n != m:
+            raise UsageError(f"{root}: {split} has {n} images but {m} labels")
+
+
+def _check_idx_labels(root: str, classes: int,
+                      read: Dict[str, object]) -> Optional[Tuple[int, str]]:
     """Fashion-MNIST's label files (both splits: ``data.eval_set=holdout`` evaluates on
     training labels), read with the loader's own reader; the line names the file with the
     largest label, so the number it asks for is enough for both. Returns the training
@@ -50,7 +82,7 @@ def _check_idx_labels(root: str, classes: int) -> Optional[Tuple[int, str]]:
             path = fashion_mnist._find(root, stem)
         except UsageError:
             continue
-        found = fashion_mnist._read_idx(path)
+        found = _read_idx(path, read)
         if found.size:
             tops.append((int(found.max()), path))
         if split == "train":
@@ -63,7 +95,7 @@ def _check_idx_labels(root: str, classes: int) -> Optional[Tuple[int, str]]:
     return count
 
 
-def _check_idx_side(data) -> None:
+def _check_idx_side(data, read: Dict[str, object]) -> None:
     """The training images' side against ``data.image_size`` and ``data.pad_crop``, read
     with the loader's own reader (nothing where the file is not there)."""
     from yasgd.data import fashion_mnist
@@ -71,7 +103,7 @@ def _check_idx_side(data) -> None:
         path = fashion_mnist._find(data.root, fashion_mnist.FILES["train"][0])
     except UsageError:
         return
-    images = fashion_mnist._read_idx(path)
+    images = _read_idx(path, read)
     if images.ndim != 3:                     # not images: the loader's line names it
         return
     h, w = images.shape[1:]
