@@ -112,7 +112,7 @@ def test_an_unreadable_entry_is_a_miss(tmp_path, capsys):
     (tmp_path / "k.json").mkdir()
     assert cache_entry.Cache(str(tmp_path)).get("k") is None
     out = capsys.readouterr().out
-    assert "k.json is not a run a bench wrote (unreadable: Is a directory)" in out, out
+    assert "k.json is not a run a bench wrote (a directory, not a regular file)" in out, out
 
 
 def test_the_check_passes_every_run_the_benches_recorded():
