@@ -209,6 +209,13 @@ yasgd_job() {
     0|1) ;;
     *) yasgd_die "YASGD_PREFLIGHT must be 1 (run the preflight) or 0 (skip it), got '$YASGD_PREFLIGHT'" ;;
   esac
+  local flag   # jobs/bind.sh reads these on every rank, after MPI starts
+  for flag in YASGD_BIND YASGD_BIND_CUDA_VISIBLE YASGD_BIND_VERBOSE; do
+    case "${!flag:-1}" in
+      0|1) ;;
+      *) yasgd_die "$flag must be 1 or 0, got '${!flag}'" ;;
+    esac
+  done
   local why   # the interpreter has yasgd and what its checks import; preflight --timeout's
   why=$("$py" -c 'import argparse, sys
 import yasgd.config
@@ -270,7 +277,9 @@ except argparse.ArgumentTypeError as e:
     > "$run_dir/config.yaml" || status=$?
   if [ "$status" -ne 0 ]; then
     echo "$status" > "$run_dir/exit_status"
-    yasgd_log "error: config $YASGD_CONFIG ${args[*]} is not valid for $YASGD_NP ranks"
+    rm -f "$run_dir/config.yaml"      # no resolved config: the job never ran one
+    yasgd_log "error: config $YASGD_CONFIG ${args[*]} is refused for $YASGD_NP ranks (the" \
+      "line above says why); run directory: $run_dir"
     return "$status"
   fi
   "$py" -m yasgd.cli provenance "$run_dir" --hostfile "$run_dir/hostfile" > /dev/null \

@@ -118,6 +118,8 @@ def test_a_job_argument_that_is_an_option_is_refused(tmp_path, fake, arg):
 
 @pytest.mark.parametrize("var,value,line", [
     ("YASGD_LAUNCHER", "srun", "YASGD_LAUNCHER=srun outside a Slurm job"),
+    ("YASGD_BIND", "no", "YASGD_BIND must be 1 or 0, got 'no'"),     # bind.sh read it as 1
+    ("YASGD_BIND_VERBOSE", "yes", "YASGD_BIND_VERBOSE must be 1 or 0, got 'yes'"),
     ("YASGD_GPUS_PER_NODE", "9" * 20, f"YASGD_GPUS_PER_NODE must be a number 0-9999, got "
                                       f"'{'9' * 20}'"),
 ])
@@ -155,3 +157,16 @@ def test_a_relative_yasgd_home_and_a_runs_folder_named_with_a_comment_sign(tmp_p
     (job,) = os.listdir(runs)
     config = yaml.safe_load((runs / job / "config.yaml").read_text())
     assert config["run"]["dir"] == str(runs / job), config["run"]
+
+
+def test_a_config_the_job_refuses_leaves_no_resolved_config(tmp_path, fake):
+    env, calls = fake
+    r, made = _job(tmp_path, env, "pbs", "train.epochs=0")
+    assert r.returncode == 2 and not calls.exists(), r.stdout[-2000:]
+    lines = r.stdout.splitlines()
+    assert lines[-2].startswith("yasgd: error: config key train.epochs"), lines[-2:]
+    assert lines[-1] == (f"[yasgd-job] error: config examples/configs/tiny.yaml train.epochs=0 "
+                         f"run.dir='{tmp_path}/runs/{made[0]}' is refused for 2 ranks (the line "
+                         f"above says why); run directory: {tmp_path}/runs/{made[0]}"), lines[-1]
+    assert sorted(os.listdir(tmp_path / "runs" / made[0])) == [
+        "exit_status", "hostfile", "hostlist.orig"]
