@@ -196,11 +196,8 @@ def _check_run_dir(cfg, and_resume: bool = True) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    try:
-        with usage.stdout_checked():        # a pipe closed, a full disk: one line, not a traceback
-            return _main(sys.argv[1:] if argv is None else list(argv))
-    except usage.StdoutError as e:
-        return usage.stdout_failed(e)
+    try:    # a pipe closed, a full disk: one line, not a traceback (as every python -m tool)
+        return usage.run(lambda: _main(sys.argv[1:] if argv is None else list(argv)))
     except KeyboardInterrupt as e:
         # Ctrl-C while parsing, or any stop signal to a command but train (supervise.Stopped)
         signum = getattr(e, "signum", signal.SIGINT)

@@ -33,7 +33,7 @@ def _check_whole_value(item: str) -> None:
     or ``>`` opens a block of later lines, of which an override has none (the value would
     be empty). The job scripts carry the text as typed, so the run would differ from it."""
     import yaml
-    value = item.split("=", 1)[1] if "=" in item else None
+    name, _, value = item.partition("=")
     if not value:
         return
     try:
@@ -45,11 +45,10 @@ def _check_whole_value(item: str) -> None:
     elif isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
         raise UsageError(f"override {_short(repr(item))}: YAML reads {node.style} as the start "
                          f"of a block of later lines, and an override is one line; "
-                         f"{_QUOTE.format(name=item.split('=', 1)[0], text=value)}")
+                         f"{_QUOTE.format(name=name, text=value)}")
     else:
         rest = value[node.end_mark.index:].strip()
     if rest:
-        name = item.split("=", 1)[0]
         raise UsageError(f"override {_short(repr(item))}: YAML reads {_short(repr(rest))} as a "
                          f"comment and leaves it out of the value; drop it, or "
                          f"{_QUOTE.format(name=name, text=value)}")

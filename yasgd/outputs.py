@@ -29,6 +29,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import threading
 from typing import Callable, Iterator, List, Optional, Tuple
 
@@ -116,16 +117,10 @@ def file(target: str, mode: Optional[int] = None) -> Iterator[str]:
             mode = os.stat(target).st_mode & 0o7777
         if mode is not None:
             os.chmod(tmp, mode)
-        _sync(tmp)
     except BaseException:
         _remove(tmp)
         raise
-    staged = _staged()
-    if staged is not None:
-        if (tmp, target) not in staged:   # written twice in one set: the last one counts
-            staged.append((tmp, target))
-    else:
-        _commit([(tmp, target)])
+    stage(tmp, target)
 
 
 def write_text(target: str, text: str, mode: Optional[int] = None) -> None:
@@ -171,9 +166,10 @@ def together() -> Iterator[None]:
 
 
 def stage(tmp: str, target: str) -> None:
-    """``tmp``, a whole file that a writer of its own streamed (im2rec's records, through
-    MXNet's writer), as the temporary of ``target``: flushed to disk and renamed with the
-    open :func:`together` set (removed if the set fails), or at once outside one."""
+    """``tmp``, a whole temporary of ``target`` (written through :func:`file`, or streamed
+    by a writer of its own: im2rec's records, through MXNet's writer): flushed to disk and
+    renamed with the open :func:`together` set (removed if the set fails), or at once
+    outside one."""
     try:
         _sync(tmp)
     except BaseException:
@@ -182,8 +178,15 @@ def stage(tmp: str, target: str) -> None:
     staged = _staged()
     if staged is None:
         _commit([(tmp, target)])
-    elif (tmp, target) not in staged:
+    elif (tmp, target) not in staged:   # written twice in one set: the last one counts
         staged.append((tmp, target))
+
+
+def kind(mode: int) -> str:
+    """What a file system entry of ``mode`` (``st_mode``) that is no regular file is: "a
+    directory", "a pipe", "a socket" or "a device"."""
+    return ("a directory" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device")
 
 
 def checked(problem: Callable[..., Optional[str]], *args, **kw) -> Optional[str]:

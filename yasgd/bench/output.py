@@ -187,9 +187,7 @@ def read_json(path: str) -> Dict[str, object]:
     recursion goes included)."""
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
-        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a pipe"
-                if stat.S_ISFIFO(st.st_mode) else "a device or socket")
-        raise ValueError(f"{kind}, not a regular file")
+        raise ValueError(f"{outputs.kind(st.st_mode)}, not a regular file")
     if st.st_size > MAX_JSON_BYTES:
         raise ValueError(f"{st.st_size:,} bytes, more than the {MAX_JSON_BYTES:,} a bench "
                          "writes")

@@ -59,10 +59,10 @@ _STUDY = {"setup": {"scale": {"big": INT, "huge": INT, "epochs": INT, "limit": I
 _PTS = ("sgd_mean", "sgd_spread_pts", "sgd_lr", "recipe_mean", "recipe_spread_pts", "recipe_lr",
         "recipe_minus_baseline_pts", "recipe_minus_sgd_pts", "larger_spread_pts")
 
-#: What the renderers read of each JSON record (a file not named: a JSON object).
 #: the recorded logs the renderers read (report_logs.RECORDED_LOGS writes them)
 TEXTS = ("make_train.log", "make_test.log")
 
+#: What the renderers read of each JSON record (a file not named: a JSON object).
 SHAPES: Dict[str, object] = {
     "paper.json": {
         "yasgd": {"time_s": NUM, "gpus": INT, "batch": INT, "top1_pct": ANY,

@@ -27,7 +27,7 @@ from yasgd import UsageError
 from yasgd.bench import cache_entry, common, machine, output, runcache
 from yasgd.bench.study import Arm, Run, Search, runs_left, search
 from yasgd.bench.study_plan import Scale, overrides
-from yasgd.bench.study_guard import check_record  # noqa: F401 -- run_bench, and its tests
+from yasgd.bench.study_guard import check_record
 from yasgd.bench.study_procs import Workers, first_done
 from yasgd.meter import TrainingError
 from yasgd.supervise import Stopped, die_with_parent, stop_by_unwinding

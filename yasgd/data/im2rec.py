@@ -81,12 +81,13 @@ def _class_folders(split_dir: str) -> List[str]:
             raise UsageError(f"im2rec: {entry.path} is {why}; mend or remove the link")
         if entry.is_dir():
             names.append(entry.name)
-    for name in sorted(names):
+    names.sort()
+    for name in names:
         why = _name_problem(name)
         if why:
             raise UsageError(f"im2rec: class folder {name!r} in {split_dir} cannot be named in "
                              f"classes.txt ('<index><TAB><name>' lines): {why}; rename it")
-    return sorted(names)
+    return names
 
 
 def _name_problem(name: str) -> str:
@@ -119,14 +120,9 @@ def _not_a_file(path: str) -> str:
     try:
         mode = os.stat(path).st_mode
     except OSError as e:
-        if os.path.islink(path):
-            return f"it is a link to {os.readlink(path)}, which cannot be followed ({e.strerror})"
-        return f"cannot read it ({e.strerror})"
-    if stat.S_ISREG(mode):
-        return ""
-    kind = ("a directory" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a device")
-    return f"it is {kind}, not a file"
+        link = unfollowable(path)
+        return f"it is {link}" if link else f"cannot read it ({e.strerror})"
+    return "" if stat.S_ISREG(mode) else f"it is {outputs.kind(mode)}, not a file"
 
 
 def list_images(src: str) -> Tuple[List[str], Dict[str, List[Tuple[str, int]]]]:
