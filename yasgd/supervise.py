@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Type
 
-from yasgd import dropped_stops
+from yasgd import dropped_stops, stack_place, usage
 
 STOP_FILE_ENV = "YASGD_STOP_FILE"   # yasgd.faults.STOP_FILE_ENV (not imported: no numpy here)
 POLL_S = 0.5          # how often the supervisor looks at mpirun and its ranks
@@ -117,10 +117,10 @@ _events: "queue.SimpleQueue" = queue.SimpleQueue()
 
 def _watch() -> None:
     """A thread of its own: ``CLEANUP_S`` seconds after the first stop, ends a process whose
-    clean-up has not ended (a pool waiting for good on a worker) with 128 + N and one line,
-    whatever call the main thread waits in; sends a stop dropped where it landed
-    (:func:`keep_stops`) to the main thread again. It blocks the stop signals: one the
-    kernel gave it would wait until the main thread next ran Python code."""
+    clean-up has not ended (a pool waiting for good on a worker) with 128 + N and one line
+    naming where the main thread waits (:mod:`yasgd.stack_place`); sends a stop dropped
+    where it landed (:func:`keep_stops`) to the main thread again. It blocks the stop
+    signals: one the kernel gave it would wait until the main thread next ran Python code."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     main, first, deadline = threading.main_thread().ident, None, None
     while True:
@@ -128,8 +128,10 @@ def _watch() -> None:
         try:
             what, signum = _events.get(timeout=left)
         except queue.Empty:
-            say(f"yasgd: stopped by {signal.Signals(first).name}; its clean-up had not "
-                f"ended {CLEANUP_S:.0f} s later and was cut short")
+            where = stack_place.thread_place(main)
+            say(usage.one_line(f"yasgd: stopped by {signal.Signals(first).name}; its clean-up "
+                               f"had not ended {CLEANUP_S:.0f} s later and was cut short"
+                               + (f"; it waited in {where}" if where else "")))
             os._exit(128 + first)
         if what == "quit":
             return

@@ -167,9 +167,13 @@ def _cmdline(pid):
 def test_bench_data_stopped_while_gluons_worker_processes_load(tmp_path, sig, line):
     # `bench data` times gluon's DataLoader with worker processes of its own making (a
     # multiprocessing.Pool): the group's signal reaches only the bench, which ends the
-    # pool as the DataLoader does; one line, no worker's traceback, nothing left, no result
+    # pool as the DataLoader does; one line, no worker's traceback, nothing left (no process,
+    # nothing in the temporary folder, where the workers made their sockets), no result
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     proc = subprocess.Popen([YASGD, "bench", "data", "--quick", "--out", str(tmp_path)],
-                            env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp)),
+                            start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     workers = []
@@ -187,6 +191,7 @@ def test_bench_data_stopped_while_gluons_worker_processes_load(tmp_path, sig, li
     assert (proc.returncode, err) == (128 + sig, line + "\n"), err
     wait_until(lambda: not _left(workers), 10, "the DataLoader's workers to end")
     assert not (tmp_path / "bench_data.json").exists()
+    assert os.listdir(tmp) == []
 
 
 def test_a_bench_stopped_while_it_writes_its_results_leaves_the_old_ones(tmp_path):

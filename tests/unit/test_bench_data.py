@@ -5,6 +5,10 @@ Fast (a few seconds): a handful of photos, no timing; the measurement itself run
 """
 import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -139,3 +143,64 @@ def test_recorded_bench_keeps_both_parts():
         pytest.skip("examples/results/bench_data.json predates the ImageNet-sized part")
     assert set(s["per_core"]) == {"train", "val", "decode", "train_256"}
     assert all(len(v) == data_imagenet.PASSES for v in s["passes_images_per_s"].values())
+
+
+# multiprocessing's temporary folder for gluon's DataLoader workers (bench data's
+# _socket_folder), in a fresh interpreter each: a real Listener binds a socket there, as a
+# worker does to hand a batch over
+SOCKET_PROBE = """
+import os, sys
+from multiprocessing.connection import Listener
+from yasgd.bench.data import _socket_folder
+folder = _socket_folder()
+listener = Listener(family="AF_UNIX")
+print(folder, listener.address, os.path.isdir(folder))
+listener.close()
+"""
+
+
+def _socket_probe(tmpdir):
+    out = subprocess.run([sys.executable, "-c", SOCKET_PROBE], env=dict(os.environ, TMPDIR=tmpdir),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    folder, address, made = out.stdout.split()
+    assert made == "True" and os.path.dirname(address) == folder
+    assert not os.path.exists(folder)                      # removed at the process's exit
+    return folder
+
+
+def test_the_socket_folder_is_made_under_a_short_temporary_folder(tmp_path):
+    assert os.path.dirname(_socket_probe(str(tmp_path))) == str(tmp_path)
+
+
+def test_a_temporary_folder_too_long_for_a_socket_gives_way_to_tmp(tmp_path):
+    long = tmp_path / ("d" * 100)
+    long.mkdir()
+    folder = _socket_probe(str(long))           # a socket's path there would not fit
+    assert os.path.dirname(folder) == "/tmp", folder
+    assert os.listdir(long) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="needs root and unshare (a mount namespace of its own)")
+def test_no_folder_that_can_hold_the_sockets_is_one_line(tmp_path):
+    # a mount namespace of its own in which /tmp and /var/tmp are read-only; TMPDIR under
+    # /dev/shm (a tmpfs), too long for a socket's path
+    base = tempfile.mkdtemp(prefix="yasgd-test-", dir="/dev/shm")
+    try:
+        long = os.path.join(base, "d" * 100)
+        os.mkdir(long)
+        yasgd = os.path.join(os.path.dirname(sys.executable), "yasgd")
+        script = ("mount -t tmpfs -o ro none /tmp && mount -t tmpfs -o ro none /var/tmp && "
+                  f"exec {yasgd} bench data --quick --out {base}/out")
+        out = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                             env=dict(os.environ, TMPDIR=long, OMP_NUM_THREADS="1"),
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr == (f"yasgd: error: bench data: the temporary folder {long} is too "
+                              "long to hold the worker processes' sockets (a socket's path is "
+                              "at most 107 bytes) and /tmp and /var/tmp cannot be written; set "
+                              "TMPDIR to a shorter folder\n")
+        assert os.listdir(base) == ["d" * 100] and os.listdir(long) == []
+    finally:
+        shutil.rmtree(base)

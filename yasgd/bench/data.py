@@ -27,6 +27,7 @@ needs on the ABCI nodes.
 """
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import re
 import statistics
@@ -34,7 +35,7 @@ import sys
 import tempfile
 from typing import Callable, Dict, List
 
-from yasgd import outputs
+from yasgd import UsageError, outputs
 from yasgd.bench.timing import epoch_passes, time_pass
 
 IMAGE_SIZE = 224
@@ -74,6 +75,38 @@ def _gluon_transform():
     return apply
 
 
+# the longest path of a socket (struct sockaddr_un's sun_path, less its closing NUL), and
+# what multiprocessing adds to its temporary folder's parent: "/pymp-" and "/listener-",
+# each with 8 random characters
+SUN_PATH_MAX = 107
+SOCKET_TAIL = len("/pymp-12345678/listener-12345678")
+
+
+def _socket_folder() -> str:
+    """Makes multiprocessing's temporary folder, the one that the worker processes forked
+    from here on inherit. Gluon's DataLoader workers hand each batch over through a socket
+    there, and the pool ends them with SIGTERM, which removes nothing: made here, the folder
+    is this process's, removed when it exits (a stop's unwinding included). Its sockets'
+    paths must fit a socket address: under a temporary folder (``TMPDIR``) too long for
+    that, it is made in the first of /tmp, /var/tmp that can hold it (as Python 3.13's
+    multiprocessing does)."""
+    base = tempfile.gettempdir()
+    if len(base) + SOCKET_TAIL > SUN_PATH_MAX:
+        short = [d for d in ("/tmp", "/var/tmp") if os.path.isdir(d)
+                 and os.access(d, os.W_OK | os.X_OK)]
+        if not short:
+            raise UsageError(f"bench data: the temporary folder {base} is too long to hold "
+                             f"the worker processes' sockets (a socket's path is at most "
+                             f"{SUN_PATH_MAX} bytes) and /tmp and /var/tmp cannot be "
+                             "written; set TMPDIR to a shorter folder")
+        base = short[0]
+    saved, tempfile.tempdir = tempfile.tempdir, base
+    try:
+        return multiprocessing.util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
+
+
 def _capture_stderr(fn):
     """(fn(), what C++ code wrote to file descriptor 2 meanwhile)."""
     sys.stderr.flush()
@@ -111,7 +144,8 @@ def _loaders(folder: str, rec: str, notes: Dict[str, str]) -> Dict[str, Callable
 
     def gluon_record():
         # worker processes, not threads: ImageRecordDataset reads through one shared
-        # MXIndexedRecordIO (seek, then read), which races under thread_pool=True
+        # MXIndexedRecordIO (seek, then read), which races under thread_pool=True;
+        # its workers' sockets go in _socket_folder's folder, made before any work
         ds = gluon.data.vision.ImageRecordDataset(os.path.join(rec, "train.rec"))
         dl = gluon.data.DataLoader(ds.transform_first(_gluon_transform()), batch_size=BATCH,
                                    shuffle=True, last_batch="discard", num_workers=THREADS)
@@ -186,6 +220,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
     from yasgd.data.testdata import make_imagenet_folder
     per_class = 50 if quick else 300
     passes = 3 if quick else 5
+    _socket_folder()
     os.makedirs(out_dir, exist_ok=True)
     hw = hardware()
     print(f"bench data: {hw['cpu']}, {hw['cores']} cores, mxnet {hw['mxnet']}, "
