@@ -189,6 +189,18 @@ def kind(mode: int) -> str:
             else "a socket" if stat.S_ISSOCK(mode) else "a device")
 
 
+def not_whole(path: str, limit: int) -> Optional[str]:
+    """Why the file ``path`` (a link followed) is not one to read whole: it is no regular
+    file (a pipe would block the read for good, a device never end it) or is larger than
+    ``limit`` bytes; None where it is one. OSError where it cannot be looked at."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        return f"{kind(st.st_mode)}, not a regular file"
+    if st.st_size > limit:
+        return f"{st.st_size:,} bytes, more than the {limit:,} a bench writes"
+    return None
+
+
 def checked(problem: Callable[..., Optional[str]], *args, **kw) -> Optional[str]:
     """One of :mod:`yasgd.writable`'s checks (or a check that calls one, as
     ``config.check_run_dir``), run whole. Each makes (and removes) an entry where the output

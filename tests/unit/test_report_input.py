@@ -115,16 +115,29 @@ def test_summary_refuses_a_summary_it_cannot_write_before_reading_anything(resul
     assert _files(results) == before
 
 
+# a pipe would block a plain read for good, a device never end it, a deep nesting exhaust the
+# parser's recursion: each is named before it is read
 _UNREADABLE = {"folder": lambda p: p.mkdir(),
-               "not-utf8": lambda p: p.write_bytes(b"# init \xff\xfe\n")}
+               "not-utf8": lambda p: p.write_bytes(b"# init \xff\xfe\n"),
+               "pipe": os.mkfifo,
+               "device": lambda p: p.symlink_to("/dev/zero"),
+               "nested": lambda p: p.write_text("[" * 100000)}
+_WHY = {"folder": "a directory, not a regular file", "pipe": "a pipe, not a regular file",
+        "device": "a device, not a regular file",
+        "nested": "JSON nested deeper than the parser goes"}
 
 
 @pytest.mark.parametrize("tool,name,how,words", [
-    ("bench.summary", "bench_zzz.json", "folder", ["cannot read it"]),
+    ("bench.summary", "bench_zzz.json", "folder", [_WHY["folder"]]),
     ("bench.summary", "bench_init.md", "not-utf8", ["not UTF-8 text"]),
     *(("bench.report", log, how, [words]) for log in ("make_test.log", "make_train.log")
-      for how, words in (("folder", "cannot read it"),
+      for how, words in (("folder", _WHY["folder"]),
                          ("not-utf8", "not UTF-8 text (invalid start byte at byte 7)"))),
+    *((tool, name, how, [_WHY[how]]) for tool in ("bench.summary", "bench.report")
+      for name in ("bench_optimizer.json", "bench_optimizer.md")
+      for how in ("pipe", "device", "nested") if how != "nested" or name.endswith(".json")),
+    ("bench.report", "SUMMARY.md", "pipe", [_WHY["pipe"]]),
+    ("bench.report", "paper.json", "pipe", [_WHY["pipe"]]),
 ])
 def test_a_file_the_report_tools_cannot_read_is_named(results, tool, name, how, words):
     bad = results / name

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from yasgd import UsageError, outputs
+from yasgd.bench import record_shape
 from yasgd.bench.machine import hardware, hardware_line
 
 
@@ -177,7 +177,7 @@ def bar_chart(path: str, labels: Sequence[str], values: Sequence[float], xlabel:
 
 #: the largest JSON file a bench reads back (a run's cache entry, the record at ``--out``):
 #: far above what a bench writes, far below what would exhaust the memory
-MAX_JSON_BYTES = 64 << 20
+MAX_JSON_BYTES = record_shape.MAX_BYTES
 
 
 def read_json(path: str) -> Dict[str, object]:
@@ -185,12 +185,9 @@ def read_json(path: str) -> Dict[str, object]:
     is no regular file (a pipe would block the read for good, a device never end it), is
     larger than :data:`MAX_JSON_BYTES`, or is not JSON (nested deeper than the parser's
     recursion goes included)."""
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{outputs.kind(st.st_mode)}, not a regular file")
-    if st.st_size > MAX_JSON_BYTES:
-        raise ValueError(f"{st.st_size:,} bytes, more than the {MAX_JSON_BYTES:,} a bench "
-                         "writes")
+    problem = outputs.not_whole(path, MAX_JSON_BYTES)
+    if problem:
+        raise ValueError(problem)
     with open(path, "rb") as f:
         data = f.read(MAX_JSON_BYTES + 1)
     try:

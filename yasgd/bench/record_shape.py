@@ -15,6 +15,12 @@ import json
 import math
 from typing import Callable, Optional
 
+from yasgd import outputs
+
+
+#: the most bytes a record or a bench's table may hold (bench.output.MAX_JSON_BYTES)
+MAX_BYTES = 64 << 20
+
 
 class RecordError(ValueError):
     """A results file that is not the record the tools read: the message names the file and
@@ -130,6 +136,8 @@ def load_record(path: str, shape: object) -> dict:
         data = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise RecordError(f"{path}: not valid JSON: {e}") from None
+    except RecursionError:
+        raise RecordError(f"{path}: JSON nested deeper than the parser goes") from None
     wrong = mismatch(data, shape)
     if wrong:
         raise RecordError(f"{path}: {wrong}")
@@ -137,8 +145,12 @@ def load_record(path: str, shape: object) -> dict:
 
 
 def read_text(path: str) -> str:
-    """The text of ``path`` (UTF-8); RecordError naming the file where it cannot be read."""
+    """The text of ``path`` (UTF-8); RecordError naming the file where it cannot be read or
+    is not one to read whole (a pipe, a device, more than :data:`MAX_BYTES`)."""
     try:
+        problem = outputs.not_whole(path, MAX_BYTES)
+        if problem:
+            raise RecordError(f"{path}: {problem}")
         with open(path, encoding="utf-8") as f:
             return f.read()
     except OSError as e:

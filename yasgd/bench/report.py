@@ -187,13 +187,12 @@ def main(argv: List[str] = None) -> int:
     try:
         for name, lines in recorded:
             write_record(args.results, name, lines)
-        if args.check:
-            bad = stale(REPO, args.results, rec)
+        if args.check:                # both read before a line is printed
+            bad, old_summary = stale(REPO, args.results, rec), summary.stale(args.results)
             for f, n in bad:
                 print(f"{f}: block {n} differs from the records in {args.results}")
             print("generated blocks up to date" if not bad else
                   f"{len(bad)} block(s) out of date: run python -m yasgd.bench.report")
-            old_summary = summary.stale(args.results)
             if old_summary:
                 print(f"{os.path.join(args.results, 'SUMMARY.md')} differs from the bench_*.md "
                       f"in {args.results}: run python -m yasgd.bench.summary --out "

@@ -154,11 +154,10 @@ def stale(out_dir: str) -> bool:
     """Whether ``DIR/SUMMARY.md`` differs, from its index on (what the records make; above
     it: when and on what it was generated), from what the bench_*.json/.md in DIR make
     now. A folder without one has nothing to disagree with."""
-    try:
-        with open(os.path.join(out_dir, "SUMMARY.md")) as f:
-            old = f.read()
-    except FileNotFoundError:
+    path = os.path.join(out_dir, "SUMMARY.md")
+    if not os.path.lexists(path):
         return False
+    old = read_text(path)
     new = render(out_dir, collect(out_dir), {})
     return old[old.find("## Index"):] != new[new.find("## Index"):]
 
