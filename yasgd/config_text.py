@@ -362,11 +362,11 @@ def load(path, overrides: Sequence[str]):
 def flush() -> None:
     """Write the pending warnings to stderr (from the first rank only, where a launcher
     started several), and forget them."""
-    import os
     import sys
 
+    from yasgd.envcheck import launcher_count
     from yasgd.usage import one_line
-    rank = next((os.environ[v] for v in _RANK_VARS if os.environ.get(v, "").isdigit()), "0")
-    for line in _pending if int(rank) == 0 else ():
+    rank = next((n for n in map(launcher_count, _RANK_VARS) if n is not None), 0)
+    for line in _pending if rank == 0 else ():
         sys.stderr.write(f"yasgd: warning: {one_line(line)}\n")
     _pending.clear()

@@ -32,6 +32,14 @@ DMLC_BOOLS = ("true", "false", "1", "0")
 #: what C's readers skip around a number (isspace), not Python's wider str.strip()
 C_SPACE = " \t\n\v\f\r"
 _INT = re.compile(r"[+-]?[0-9]+")
+_COUNT = re.compile(r"[0-9]+")
+_TASKS = re.compile(r"[0-9]+(\(x[0-9]+\))?(,[0-9]+(\(x[0-9]+\))?)*")   # srun's "4(x2),3"
+#: what a launcher announces to each process it starts (its rank, the job's size), which
+#: yasgd reads before Horovod starts
+LAUNCHER = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK",
+            "HOROVOD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS",
+            "SLURM_PROCID", "SLURM_NODEID", "SLURM_STEP_NUM_TASKS")
 _FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 #: variable -> (kind, lower bound or the allowed names, upper bound, who reads it)
@@ -61,7 +69,16 @@ SPEC = {
     "YASGD_HOST_KIND": ("name", ("cpu", "gpu"), None, "jobs/common.sh"),
     # Horovod makes no folder for it, and writes no timeline (without a word) where it can't
     "HOROVOD_TIMELINE": ("file", None, None, "Horovod"),
+    **{name: ("count", None, None, "yasgd; a launcher sets it") for name in LAUNCHER},
+    "SLURM_STEP_TASKS_PER_NODE": ("tasks", None, None, "yasgd; srun sets it"),
 }
+
+
+def launcher_count(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[int]:
+    """Variable ``name`` of ``env`` (default: os.environ) as a launcher writes a rank or a
+    count (ASCII digits alone: str.isdigit also takes "²"), or None."""
+    value = (os.environ if env is None else env).get(name, "")
+    return int(value) if _COUNT.fullmatch(value) else None
 
 
 def value_problem(name: str, value: str) -> Optional[str]:
@@ -76,10 +93,17 @@ def value_problem(name: str, value: str) -> Optional[str]:
         number = float(text) if _FLOAT.fullmatch(text) else math.nan
         if not (math.isfinite(number) and number >= lo):
             return f"must be a finite number >= {lo:g}"
+    elif kind in ("count", "tasks"):
+        if not (_COUNT if kind == "count" else _TASKS).fullmatch(value):
+            return ("must be a count in ASCII digits, as a launcher writes it" if kind == "count"
+                    else "must be task counts N or N(xM), comma-separated, as srun writes them")
     elif kind == "file":
-        folder = os.path.dirname(value) or "."
-        if not (os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)):
-            return f"must name a file in an existing writable folder ({folder} is not one)"
+        # tried, not read off the mode bits (which root passes everywhere, /proc included):
+        # an entry made and removed in its folder, the file itself opened to append
+        from yasgd import outputs, writable
+        why = outputs.checked(writable.file_problem, value)
+        if why:
+            return f"must name a regular file that can be written in an existing folder ({why})"
     elif kind == "bool":
         if value.lower() not in lo:
             return f"must be one of {', '.join(lo)} (any case, no spaces)"

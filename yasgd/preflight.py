@@ -32,6 +32,8 @@ import threading
 import time
 from typing import List, Optional, Sequence
 
+from yasgd.envcheck import launcher_count
+
 EXIT_STATUS = 3                 # an environment error: the node, the build or the network
 DEFAULT_TIMEOUT_S = 120.0
 #: Horovod pads every tensor of a fused GPU allreduce to this many bytes
@@ -182,7 +184,7 @@ def _env_rank(kind: str = "RANK") -> int:
     (mpirun, horovodrun), before Horovod starts; 0 without a launcher."""
     names = [f"OMPI_COMM_WORLD_{kind}", f"HOROVOD_{kind}"] + (["PMIX_RANK"] if kind == "RANK"
                                                              else [])
-    return next((int(os.environ[v]) for v in names if os.environ.get(v, "").isdigit()), 0)
+    return next((n for n in map(launcher_count, names) if n is not None), 0)
 
 
 def _who(rank: int) -> str:

@@ -23,6 +23,8 @@ TINY = os.path.join(ROOT, "examples", "configs", "tiny.yaml")
     ("OMP_NUM_THREADS", "+2"), ("HOROVOD_CYCLE_TIME", "1e-3"), ("HOROVOD_CYCLE_TIME", ".5"),
     ("MXNET_MKLDNN_ENABLED", "TRUE"), ("MXNET_MKLDNN_ENABLED", "0"),
     ("HOROVOD_TIMELINE", "timeline.json"), ("HOROVOD_TIMELINE", "/tmp/timeline.json"),
+    ("OMPI_COMM_WORLD_RANK", "0"), ("PMIX_RANK", "17"), ("SLURM_STEP_TASKS_PER_NODE", "4"),
+    ("SLURM_STEP_TASKS_PER_NODE", "4(x2),3"),
 ])
 def test_values_their_readers_take(name, value):
     assert envcheck.value_problem(name, value) is None
@@ -52,8 +54,23 @@ def test_values_their_readers_take(name, value):
     ("MXNET_MKLDNN_ENABLED", "yes", "must be one of true, false, 1, 0 (any case, no spaces)"),
     ("MXNET_MKLDNN_ENABLED", " 1", "must be one of true, false, 1, 0 (any case, no spaces)"),
     ("YASGD_HOST_KIND", "GPU", "must be one of cpu, gpu"),
-    ("HOROVOD_TIMELINE", "/nonexistent-yasgd/t.json", "must name a file in an existing "
-     "writable folder (/nonexistent-yasgd is not one)"),
+    ("HOROVOD_TIMELINE", "/nonexistent-yasgd/t.json", "must name a regular file that can be "
+     "written in an existing folder (directory /nonexistent-yasgd does not exist)"),
+    # Horovod would block opening a pipe; root may write anywhere by the mode bits, /proc too
+    ("HOROVOD_TIMELINE", "/dev/null", "must name a regular file that can be written in an "
+     "existing folder (/dev/null exists and is not a regular file)"),
+    ("HOROVOD_TIMELINE", "/proc/timeline.json", "must name a regular file that can be written "
+     "in an existing folder (/proc is not writable (No such file or directory))"),
+    ("HOROVOD_TIMELINE", "/", "must name a regular file that can be written in an existing "
+     "folder (/ exists and is not a regular file)"),
+    # what a launcher announces, which yasgd reads before Horovod starts: "²" passes
+    # str.isdigit and fails int()
+    *((name, value, "must be a count in ASCII digits, as a launcher writes it")
+      for name in ("OMPI_COMM_WORLD_RANK", "HOROVOD_SIZE", "PMI_RANK", "SLURM_NODEID",
+                   "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_STEP_NUM_TASKS")
+      for value in ("\u00b2", "\u0663", "1_0", "+1", " 1", "-1", "0x1")),
+    *(("SLURM_STEP_TASKS_PER_NODE", value, "must be task counts N or N(xM), comma-separated, "
+       "as srun writes them") for value in ("2(x\u00b2)", "\u00b2", "2,,1", "2(x3", "2x3")),
 ])
 def test_values_their_readers_do_not_take(name, value, why):
     assert envcheck.value_problem(name, value) == why
@@ -112,6 +129,9 @@ def test_shipped_tuning_defaults_pass():
     # what --grace defaults to
     (["launch", "-np", "2", "--", YASGD, "train", TINY, "run.dir={tmp}"],
      "OMPI_MCA_odls_base_sigkill_timeout", "abc"),
+    # read as the rank or the job's size before Horovod starts (a traceback from int())
+    (["train", TINY, "run.dir={tmp}"], "OMPI_COMM_WORLD_SIZE", "\u00b2"),
+    (["preflight"], "OMPI_COMM_WORLD_LOCAL_RANK", "\u00b2"),
 ])
 def test_commands_refuse_before_anything_starts(tmp_path, argv, name, value):
     env = dict(os.environ, **{name: value})
@@ -121,3 +141,16 @@ def test_commands_refuse_before_anything_starts(tmp_path, argv, name, value):
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("yasgd: error: "), p.stderr
     assert f"environment variable {name} " in p.stderr and repr(value) in p.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", ["OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK",
+                                  "SLURM_PROCID"])
+def test_check_config_reads_no_rank_it_cannot(tmp_path, name):
+    # check-config says its warnings on the first rank only; a rank it cannot read is none
+    # (it checks a config, not the environment of a job it is not in)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(open(TINY).read() + "\n# a comment\n")
+    p = subprocess.run([YASGD, "check-config", str(cfg), "run.name=exp"],
+                       env=dict(os.environ, **{name: "\u00b2"}), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr

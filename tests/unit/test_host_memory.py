@@ -102,6 +102,12 @@ def test_this_hosts_memory_is_meminfos():
     ({"SLURM_NODEID": "1", "SLURM_STEP_TASKS_PER_NODE": "4(x2),3"}, 4),
     ({"SLURM_NODEID": "2", "SLURM_STEP_TASKS_PER_NODE": "4(x2),3"}, 3),
     ({"SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "bad"}, 1),
+    # "²" passes str.isdigit and fails int(): not a count (envcheck refuses it first)
+    ({"OMPI_COMM_WORLD_LOCAL_SIZE": "\u00b2", "HOROVOD_LOCAL_SIZE": "2"}, 2),
+    ({"SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "\u00b2"}, 1),
+    ({"SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "2(x\u00b2)"}, 1),
+    ({"SLURM_NODEID": "\u00b2", "SLURM_STEP_TASKS_PER_NODE": "2,3"}, 1),
+    ({"SLURM_NODEID": "1", "SLURM_STEP_TASKS_PER_NODE": "2(x3"}, 1),
 ])
 def test_the_ranks_a_launcher_announces_on_this_host(monkeypatch, env, ranks):
     for var in ("OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", "MPI_LOCALNRANKS",

@@ -161,3 +161,14 @@ def test_classes_txt_not_in_the_locales_encoding_is_one_line(tmp_path):
     # only a tab, "\n" and "\r" in a class name)
     path.write_bytes("0\tn01\r\n1\tn\x85x\u2028y\n".encode())
     assert read_classes(str(path)) == ["n01", "n\x85x\u2028y"]
+
+
+@pytest.mark.parametrize("index", ["\u00b9", "\u0661", "1_", "+1", "0x1"])
+def test_a_classes_txt_index_in_other_than_ascii_digits_is_one_line(tmp_path, index):
+    # "\u00b9" (a superscript one) passes str.isdigit and fails int()
+    path = tmp_path / "classes.txt"
+    path.write_text(f"0\tn00000000\n{index}\tn00000001\n")
+    with pytest.raises(RecordIOError, match=r"classes.txt: line 2 is not '1<TAB><class name>'"):
+        read_classes(str(path))
+    path.write_text("0\tn00000000\n 1 \tn00000001\n")
+    assert read_classes(str(path)) == ["n00000000", "n00000001"]

@@ -51,7 +51,9 @@ def read_classes(path: str) -> List[str]:
         if not line.strip():
             continue
         parts = line.split("\t")
-        if len(parts) != 2 or not parts[0].strip().isdigit() or int(parts[0]) != len(names):
+        index = parts[0].strip()          # ASCII digits (str.isdigit takes superscripts)
+        if len(parts) != 2 or not (index.isascii() and index.isdigit()) \
+                or int(index) != len(names):
             raise RecordIOError(f"{path}: line {n} is not '{len(names)}<TAB><class name>': "
                                 f"{line.strip()[:60]!r}")
         names.append(parts[1])
