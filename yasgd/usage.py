@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import errno
 import os
+import re
 import signal
 import sys
 from typing import Callable, Iterator, Optional, Tuple
@@ -58,6 +59,10 @@ def error(name: str, message: object) -> int:
     return 2
 
 
+#: a number as typed: ASCII digits, a sign, a decimal point, an exponent
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose errors are :func:`error`'s one line, naming the command and where its
     help is (``(see PROG --help)``); ``--help`` is unchanged. Sub-commands made with
@@ -76,6 +81,16 @@ class Parser(argparse.ArgumentParser):
         for fragment in self.hidden:
             message = message.replace(fragment, "")
         self.exit(error(self.name, f"{message} (see {self.prog} --help)"))
+
+    def _get_value(self, action, arg_string):
+        # a number is typed as C's readers and the job schedulers read one, in ASCII digits:
+        # not as Python's int() and float() also take it ("1_0" as 10, "\u0661" as 1)
+        value = super()._get_value(action, arg_string)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and not _NUMBER.fullmatch(arg_string):
+            raise argparse.ArgumentError(action, f"must be a number written in ASCII digits, got "
+                                                 f"{arg_string!r}")
+        return value
 
     def _print_message(self, message, file=None):
         # argparse drops a write that fails, so --help into a full disk would exit 0 having

@@ -26,7 +26,7 @@ import netns  # noqa: E402
 from common import CONFIG, REPO, job_env  # noqa: E402
 from schedulers import render, run_slurm, start_pbs, start_uge  # noqa: E402
 
-from yasgd import usage  # noqa: E402
+from yasgd import UsageError, config_text, usage, writable  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -34,21 +34,33 @@ def main(argv=None) -> int:
                       description=__doc__.split("\n\n")[0])
     ap.add_argument("--scheduler", required=True, choices=["slurm", "pbs", "uge"])
     ap.add_argument("--script", help="a job script rendered for 2 nodes (default: render one)")
-    ap.add_argument("--config", default=CONFIG, help=f"config to render (default {CONFIG})")
+    ap.add_argument("--config", default=os.path.join(REPO, CONFIG),
+                    help=f"config to render (default {CONFIG} of this checkout)")
     ap.add_argument("--runs", default=os.path.join(REPO, "runs", "rehearsal"),
                     help="parent of the job's run directory")
     ap.add_argument("--timeout", type=float, default=600, help="seconds the job may take")
     ap.add_argument("overrides", nargs="*", help="section.key=value for the training")
     a = ap.parse_args(argv)
     # what the user named, checked before any namespace, daemon or folder is made
-    bad = ([f"--script {a.script} is not a file"] if a.script and not os.path.isfile(a.script)
-           else []) + \
-        ([f"--config {a.config} is not a file"] if not a.script and not os.path.isfile(a.config)
-         else []) + \
+    bad = ([f"--script {a.script or repr(a.script)} is not a file"]
+           if a.script is not None and not os.path.isfile(a.script) else []) + \
+        ([f"--config {a.config} is not a file"]
+         if a.script is None and not os.path.isfile(a.config) else []) + \
         ([f"--timeout must be a finite number of seconds > 0, got {a.timeout}"]
-         if not (0 < a.timeout < float("inf")) else [])
+         if not (0 < a.timeout < float("inf")) else []) + \
+        [f"--runs {a.runs}: {p}" for p in [writable.dir_problem(a.runs)] if p]
     if bad:
         return ap.fail(bad[0])
+    try:     # the overrides (and the config they apply to) as the job will read them; a
+        if a.script is None:        # script's own config is known only to the script
+            config_text.load(a.config, a.overrides)
+        else:
+            config_text.check_overrides(a.overrides)
+            for item in a.overrides:
+                if "=" not in item or "." not in item.split("=", 1)[0]:
+                    raise UsageError(f"override {item!r} is not of the form section.key=value")
+    except UsageError as e:
+        return ap.fail(e)
     reason = netns.unavailable()
     if reason:
         return ap.fail(f"cannot run here: {reason}")

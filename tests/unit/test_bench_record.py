@@ -50,6 +50,20 @@ def test_a_record_whose_runs_the_sitting_holds_may_be_replaced(tmp_path):
     study_run.check_record("x", str(tmp_path / "bad.json"), s, quick=True)
 
 
+@pytest.mark.parametrize("record", [
+    [], 5, {"records": 5}, {"records": "ab"}, {"records": {"arm": "a"}},
+    {"records": [{"arm": ["x"], "key": "k"}]}, {"records": [{"arm": "a", "key": {"k": 1}}]},
+    {"records": [5, None, "a"]}])
+def test_a_record_of_another_shape_is_none_of_a_benchs(tmp_path, record):
+    # JSON that is not a training bench's record holds no runs to lose (as a file that is
+    # not JSON); it raised a TypeError from the set of arms or the list of runs
+    path, cache = _setup(tmp_path)
+    with open(path, "w") as f:
+        json.dump(record, f)
+    s = study_run.Study([_arm("a")], QUICK, str(tmp_path / "out"), cache)
+    study_run.check_record("x", path, s, quick=True)
+
+
 def test_runs_missing_from_the_cache_or_arms_left_out_are_refused(tmp_path):
     path, cache = _setup(tmp_path, cached=("k1",))
     s = study_run.Study([_arm("a"), _arm("b")], QUICK, str(tmp_path / "out"), cache)

@@ -138,13 +138,49 @@ def test_each_documented_tool_answers_a_bad_argument_with_one_line(module):
 @pytest.mark.parametrize("args,what", [
     (["--scheduler", "lsf"], "argument --scheduler: invalid choice: 'lsf'"),
     (["--scheduler", "pbs", "--script", "no/such/job.sh"], "--script no/such/job.sh is not a file"),
-    (["--scheduler", "pbs", "--timeout", "nan"], "--timeout must be a finite number")])
+    (["--scheduler", "pbs", "--timeout", "-1"], "--timeout must be a finite number"),
+    (["--scheduler", "pbs", "--timeout", "nan"], "argument --timeout: must be a number written "
+                                                 "in ASCII digits, got 'nan'"),
+    (["--scheduler", "pbs", "--script", ""], "--script '' is not a file"),
+    (["--scheduler", "pbs", "--runs", "README.md"], "--runs README.md: "
+                                                    f"{os.path.join(ROOT, 'README.md')} is not a "
+                                                    "directory"),
+    (["--scheduler", "pbs", "train.epochs=abc"], "config key train.epochs must be an integer"),
+    (["--scheduler", "pbs", "--script", "README.md", "epochs"], "override 'epochs' is not of "
+                                                               "the form section.key=value")])
 def test_the_cluster_rehearsal_answers_in_the_same_form(args, what):
     """``make cluster-rehearsal``'s script (tests/cluster/rehearsal.py): refused before any
     namespace, daemon or folder is made."""
+    runs = [] if "--runs" in args else ["--runs", "no/such/runs"]
     p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "cluster", "rehearsal.py"),
-                        *args, "--runs", "no/such/runs"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+                        *args, *runs], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
     assert p.stderr.startswith("yasgd: error: cluster-rehearsal: ") and what in p.stderr
     assert p.stderr.count("\n") == 1 and not os.path.exists(os.path.join(ROOT, "no"))
+
+
+# a number typed for an option: ASCII digits (with a sign, a point, an exponent), as C and
+# the schedulers read one; Python's int() and float() also take "1_0" and other scripts'
+# digits ("\u0661" is 1), which started a bench's training
+@pytest.mark.parametrize("argv", [
+    ["bench", "largebatch", "--jobs", "{}"], ["bench", "ablation", "--max-runs", "{}"],
+    ["bench", "largebatch", "--stop-after", "{}"], ["preflight", "--timeout", "{}"],
+    ["simulate", "--gpus", "{}"], ["data", "im2rec", "a", "b", "--workers", "{}"]])
+@pytest.mark.parametrize("typed", ["0_1", "\u0661", " 1", "1 ", "\uff11", "\u00b9"])
+def test_a_number_in_other_than_ascii_digits_is_refused(argv, typed, capsys):
+    # each but the last is 1 to int() and float(); "\u00b9" (a superscript) to neither
+    from yasgd import cli
+    with pytest.raises(SystemExit) as e:
+        cli.parse([a.format(typed) for a in argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    ascii_rule = f"must be a number written in ASCII digits, got {typed!r}"
+    assert repr(typed) in err and (typed == "\u00b9" or ascii_rule in err), err
+
+
+@pytest.mark.parametrize("typed,value", [("+2", 2), ("2", 2), ("1e1", 10.0), ("0.5", 0.5)])
+def test_numbers_in_ascii_digits_parse(typed, value):
+    from yasgd import cli, launch
+    if isinstance(value, int):
+        assert launch.parser().parse_args(["-np", typed, "true"]).np == value
+    assert cli.parse(["preflight", "--timeout", typed]).timeout == value

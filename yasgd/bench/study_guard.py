@@ -22,9 +22,11 @@ def check_record(name: str, path: str, study, quick: bool,
         old = common.read_json(path)
     except (OSError, ValueError):
         return                                  # none (or none of a bench's) to lose
-    if not isinstance(old, dict):
-        return
-    runs = [r for r in old.get("records") or [] if isinstance(r, dict)]
+    records = old.get("records") if isinstance(old, dict) else None
+    if not isinstance(records, list):
+        return                                  # not a record of a training bench
+    runs = [r for r in records if isinstance(r, dict)
+            and all(isinstance(r.get(k, ""), str) for k in ("arm", "key"))]
     same_scale = bool(old.get("quick")) == quick
     left_out = sorted({r.get("arm") for r in runs} - {a.name for a in study.arms} - {None}
                       if same_scale else ())
