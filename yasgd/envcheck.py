@@ -21,6 +21,7 @@ from typing import Mapping, Optional
 
 INT32 = 2 ** 31 - 1
 INT64 = 2 ** 63 - 1
+DAY_MS = 24 * 3600 * 1000
 MXNET_ENGINES = ("NaiveEngine", "ThreadedEngine", "ThreadedEnginePerDevice",
                  "ThreadedEnginePooled")
 HOROVOD_LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
@@ -59,7 +60,8 @@ SPEC = {
     "MXNET_ENGINE_TYPE": ("name", MXNET_ENGINES, None, "MXNet"),
     "MXNET_MKLDNN_ENABLED": ("bool", DMLC_BOOLS, None, "MXNet"),
     "HOROVOD_FUSION_THRESHOLD": ("int", 0, INT64, "Horovod"),
-    "HOROVOD_CYCLE_TIME": ("float", 0.0, None, "Horovod"),   # ms; 0: no wait between cycles
+    # ms; 0: no wait between cycles, at most a day (a longer wait stalls every collective)
+    "HOROVOD_CYCLE_TIME": ("float", 0.0, DAY_MS, "Horovod"),
     "HOROVOD_CACHE_CAPACITY": ("int", 0, INT32, "Horovod"),
     "HOROVOD_HIERARCHICAL_ALLREDUCE": ("int", 0, 1, "Horovod"),
     "HOROVOD_STALL_CHECK_TIME_SECONDS": ("int", 0, INT32, "Horovod"),
@@ -91,8 +93,9 @@ def value_problem(name: str, value: str) -> Optional[str]:
             return f"must be an integer in [{lo}, {hi}]"
     elif kind == "float":
         number = float(text) if _FLOAT.fullmatch(text) else math.nan
-        if not (math.isfinite(number) and number >= lo):
-            return f"must be a finite number >= {lo:g}"
+        if not (math.isfinite(number) and number >= lo and (hi is None or number <= hi)):
+            return f"must be a finite number >= {lo:g}" if hi is None else \
+                f"must be a finite number in [{lo:g}, {hi:.0f}]"
     elif kind in ("count", "tasks"):
         if not (_COUNT if kind == "count" else _TASKS).fullmatch(value):
             return ("must be a count in ASCII digits, as a launcher writes it" if kind == "count"
