@@ -184,15 +184,17 @@ def test_a_temporary_folder_too_long_for_a_socket_gives_way_to_tmp(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
                     reason="needs root and unshare (a mount namespace of its own)")
 def test_no_folder_that_can_hold_the_sockets_is_one_line(tmp_path):
-    # a mount namespace of its own in which /tmp and /var/tmp are read-only; TMPDIR under
-    # /dev/shm (a tmpfs), too long for a socket's path
+    # a mount namespace of its own in which /tmp and /var/tmp are read-only (bound on
+    # themselves: what they hold, this checkout perhaps, stays there); TMPDIR under /dev/shm
+    # (a tmpfs), too long for a socket's path
     base = tempfile.mkdtemp(prefix="yasgd-test-", dir="/dev/shm")
     try:
         long = os.path.join(base, "d" * 100)
         os.mkdir(long)
         yasgd = os.path.join(os.path.dirname(sys.executable), "yasgd")
-        script = ("mount -t tmpfs -o ro none /tmp && mount -t tmpfs -o ro none /var/tmp && "
-                  f"exec {yasgd} bench data --quick --out {base}/out")
+        script = " && ".join([f"mount --bind {d} {d} && mount -o remount,bind,ro {d}"
+                              for d in ("/tmp", "/var/tmp")]
+                             + [f"exec {yasgd} bench data --quick --out {base}/out"])
         out = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
                              env=dict(os.environ, TMPDIR=long, OMP_NUM_THREADS="1"),
                              capture_output=True, text=True, timeout=120)
