@@ -17,13 +17,17 @@ _BREAKS = ("\n", "\r", "\x85", "\u2028", "\u2029", "\0")
 
 
 def check_overrides(overrides: Sequence[str]) -> None:
-    """UsageError where an override holds a line break or NUL. YAML folds a line break in
-    a plain value into a space (``run.dir=a<newline>b`` would be ``a b``, another
-    folder), and a job script carries each override on one line."""
+    """UsageError where an override holds a line break or NUL, or is not of the form
+    ``section.key=value`` (as :func:`yasgd.config.load` words it: also before a config is
+    at hand, a job script's own). YAML folds a line break in a plain value into a space
+    (``run.dir=a<newline>b`` would be ``a b``, another folder), and a job script carries
+    each override on one line."""
     for item in overrides:
         if any(c in item for c in _BREAKS):
             raise UsageError(f"override {item!r} holds a line break or NUL: a value is one "
                              f"line (YAML would read a line break in it as a space)")
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise UsageError(f"override {item!r} is not of the form section.key=value")
         _check_whole_value(item)
 
 

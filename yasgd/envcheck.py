@@ -17,7 +17,9 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Mapping, Optional
+from typing import List, Mapping, Optional
+
+from yasgd.usage import NUMBER
 
 INT32 = 2 ** 31 - 1
 INT64 = 2 ** 63 - 1
@@ -41,7 +43,6 @@ LAUNCHER = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOC
             "OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK",
             "HOROVOD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS",
             "SLURM_PROCID", "SLURM_NODEID", "SLURM_STEP_NUM_TASKS")
-_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 #: variable -> (kind, lower bound or the allowed names, upper bound, who reads it)
 SPEC = {
@@ -76,6 +77,18 @@ SPEC = {
 }
 
 
+def task_counts(text: str) -> Optional[List[int]]:
+    """srun's tasks per node (``SLURM_STEP_TASKS_PER_NODE``: "4(x2),3" is [4, 4, 3]), or None
+    where ``text`` is not of that form."""
+    if not _TASKS.fullmatch(text):
+        return None
+    counts: List[int] = []
+    for part in text.split(","):
+        count, _, times = part.partition("(x")
+        counts += [int(count)] * (int(times[:-1]) if times else 1)
+    return counts
+
+
 def launcher_count(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[int]:
     """Variable ``name`` of ``env`` (default: os.environ) as a launcher writes a rank or a
     count (ASCII digits alone: str.isdigit also takes "²"), or None."""
@@ -92,14 +105,16 @@ def value_problem(name: str, value: str) -> Optional[str]:
         if number is None or not lo <= number <= hi:
             return f"must be an integer in [{lo}, {hi}]"
     elif kind == "float":
-        number = float(text) if _FLOAT.fullmatch(text) else math.nan
+        number = float(text) if NUMBER.fullmatch(text) else math.nan
         if not (math.isfinite(number) and number >= lo and (hi is None or number <= hi)):
             return f"must be a finite number >= {lo:g}" if hi is None else \
                 f"must be a finite number in [{lo:g}, {hi:.0f}]"
-    elif kind in ("count", "tasks"):
-        if not (_COUNT if kind == "count" else _TASKS).fullmatch(value):
-            return ("must be a count in ASCII digits, as a launcher writes it" if kind == "count"
-                    else "must be task counts N or N(xM), comma-separated, as srun writes them")
+    elif kind == "count":
+        if not _COUNT.fullmatch(value):
+            return "must be a count in ASCII digits, as a launcher writes it"
+    elif kind == "tasks":
+        if task_counts(value) is None:
+            return "must be task counts N or N(xM), comma-separated, as srun writes them"
     elif kind == "file":
         # tried, not read off the mode bits (which root passes everywhere, /proc included):
         # an entry made and removed in its folder, the file itself opened to append

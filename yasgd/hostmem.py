@@ -20,7 +20,7 @@ from typing import Iterator, Optional, Tuple
 
 from yasgd import UsageError
 from yasgd.config_checks import BASIC_DEPTHS, BOTTLENECK_DEPTHS, model_depth
-from yasgd.envcheck import launcher_count
+from yasgd.envcheck import launcher_count, task_counts
 
 #: float32, the only dtype MXNet trains in on the CPU (float16 is refused there)
 BYTES_PER_ELEMENT = 4
@@ -115,18 +115,11 @@ def ranks_on_host() -> int:
     """How many ranks of this job run on this host, as its launcher announced it (OpenMPI,
     horovodrun, MPICH, srun); 1 where none did."""
     for var in _LOCAL_SIZE_VARS:
-        if launcher_count(var) is not None:
-            return max(1, launcher_count(var))
-    node, per_node = launcher_count("SLURM_NODEID"), os.environ.get(
-        "SLURM_STEP_TASKS_PER_NODE", "")
-    counts = []
-    for part in filter(None, per_node.split(",")):      # srun's form: "4(x2),3"
-        count, _, rest = part.partition("(x")
-        times = rest[:-1] if rest.endswith(")") else None if rest else "1"
-        if not (count.isascii() and count.isdigit() and times and times.isascii()
-                and times.isdigit()):
-            return 1
-        counts += [int(count)] * int(times)
+        count = launcher_count(var)
+        if count is not None:
+            return max(1, count)
+    node = launcher_count("SLURM_NODEID")
+    counts = task_counts(os.environ.get("SLURM_STEP_TASKS_PER_NODE", "")) or []
     return counts[node] if node is not None and node < len(counts) else 1
 
 

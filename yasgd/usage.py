@@ -59,8 +59,9 @@ def error(name: str, message: object) -> int:
     return 2
 
 
-#: a number as typed: ASCII digits, a sign, a decimal point, an exponent
-_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+#: a number as C's readers (and the job schedulers) take it: ASCII digits, a sign, a decimal
+#: point, an exponent; not Python's wider int() and float() (yasgd.envcheck reads so too)
+NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 class Parser(argparse.ArgumentParser):
@@ -83,11 +84,11 @@ class Parser(argparse.ArgumentParser):
         self.exit(error(self.name, f"{message} (see {self.prog} --help)"))
 
     def _get_value(self, action, arg_string):
-        # a number is typed as C's readers and the job schedulers read one, in ASCII digits:
-        # not as Python's int() and float() also take it ("1_0" as 10, "\u0661" as 1)
+        # a number is typed as NUMBER: not as Python's int() and float() also take it
+        # ("1_0" as 10, "\u0661" as 1)
         value = super()._get_value(action, arg_string)
         if isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and not _NUMBER.fullmatch(arg_string):
+                and not NUMBER.fullmatch(arg_string):
             raise argparse.ArgumentError(action, f"must be a number written in ASCII digits, got "
                                                  f"{arg_string!r}")
         return value

@@ -56,9 +56,6 @@ def main(argv=None) -> int:
             config_text.load(a.config, a.overrides)
         else:
             config_text.check_overrides(a.overrides)
-            for item in a.overrides:
-                if "=" not in item or "." not in item.split("=", 1)[0]:
-                    raise UsageError(f"override {item!r} is not of the form section.key=value")
     except UsageError as e:
         return ap.fail(e)
     reason = netns.unavailable()
